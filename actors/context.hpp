@@ -1,0 +1,77 @@
+// context: one per request (room) per prefill rank and forward batch.
+//
+// Protocol:
+//   layer_end{layer, event}  from the manager: ask the event for completion
+//   event_ready{layer}       from the event waiter: build blocks, submit once
+//   finish{room}             from the manager: answered with finish_result
+//                            once no layer is outstanding
+//   finish_deadline          to itself: outstanding layers ran out of time
+//
+// Rules: a layer is submitted at most once and only after its event
+// completed; a room with no owned pages submits nothing; after the first
+// failed wait or submit nothing more is submitted (fail closed); finish waits
+// for every outstanding layer, bounded by `finish_timeout`, and every finish
+// gets the same answer. The context never outlives its manager (linked).
+#pragma once
+
+#include <caf/duration.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <optional>
+#include <vector>
+
+#include "messages/messages.hpp"
+#include "transport/transport_protocol.hpp"
+
+namespace layerstream {
+
+using context_actor =
+  caf::typed_actor<caf::reacts_to<layer_end>, caf::reacts_to<event_ready>,
+                   caf::replies_to<finish>::with<finish_result>, caf::reacts_to<finish_deadline>>;
+
+struct context_config {
+  /// Deadline of one submit (its request to the transport).
+  caf::timespan submit_timeout = std::chrono::seconds(30);
+  /// Deadline, counted from the first finish, for layers still waiting on
+  /// their event or transport.
+  caf::timespan finish_timeout = std::chrono::seconds(60);
+};
+
+/// Where one layer of this room stands.
+enum class layer_phase : uint8_t {
+  idle,          // no layer_end yet
+  waiting_event, // layer_end seen, event not complete yet
+  submitted,     // submit sent, no submit_done yet
+  sent,          // delivery-complete
+  empty,         // no owned pages: nothing to send
+  failed,        // its wait or submit failed
+  cancelled,     // not sent because the room had already failed
+};
+
+struct context_state {
+  static inline const char* name = "layerstream.context";
+
+  request_transfer req;
+  submit_sink transport;
+  context_config cfg;
+  std::vector<layer_phase> layers;
+  /// Layers waiting on an event or a submit.
+  uint32_t outstanding = 0;
+  uint32_t layers_sent = 0;
+  uint64_t bytes = 0;
+  /// First failure; no submit after it.
+  caf::error failure;
+  std::vector<caf::typed_response_promise<finish_result>> finish_waiters;
+  std::optional<finish_result> result;
+  bool deadline_armed = false;
+};
+
+context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,
+                                          request_transfer req, submit_sink transport,
+                                          context_config cfg);
+
+} // namespace layerstream

@@ -1,0 +1,67 @@
+// manager: one per prefill rank; owns the active contexts of the current
+// forward batch.
+//
+// Protocol:
+//   setup{batch}    from the scheduler, before the forward: spawn one context
+//                   per request; answered with ok once they exist (so the
+//                   forward may start), or an error for a bad batch
+//   layer_end       from the notifier (forward thread): fanned out to every
+//                   active context with the same event; a no-op when idle
+//   finish{room}    from the scheduler: forwarded to that room's context;
+//                   the answer goes back, the context is removed and stopped
+//
+// A finished room's answer is remembered (the last `finished_memory` rooms),
+// so a repeated finish gets the same answer; an unknown room gets an
+// unknown_room failure. Contexts are linked to the manager.
+#pragma once
+
+#include <caf/replies_to.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/context.hpp"
+
+namespace layerstream {
+
+using manager_actor = caf::typed_actor<caf::replies_to<setup>::with<caf::ok_atom>,
+                                       caf::reacts_to<layer_end>,
+                                       caf::replies_to<finish>::with<finish_result>>;
+
+struct manager_config {
+  context_config context;
+  /// Deadline of the manager's finish request to a context (beyond the
+  /// context's own finish_timeout, so the context answers first).
+  caf::timespan finish_request_timeout = std::chrono::seconds(90);
+  /// How many finished rooms keep their answer for repeated finish calls.
+  size_t finished_memory = 4096;
+};
+
+struct manager_state {
+  static inline const char* name = "layerstream.manager";
+
+  submit_sink transport;
+  manager_config cfg;
+  struct active_context {
+    room_id room;
+    context_actor ctx;
+  };
+  /// Contexts that receive layer_end (contiguous for the fan-out).
+  std::vector<active_context> active;
+  std::unordered_map<room_id, size_t> index_of;
+  /// finish requests waiting for their context's answer.
+  std::unordered_map<room_id, std::vector<caf::typed_response_promise<finish_result>>> finishing;
+  /// Answers of recently finished rooms, oldest first.
+  std::unordered_map<room_id, finish_result> finished;
+  std::deque<room_id> finished_order;
+};
+
+manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manager_state> self,
+                                          submit_sink transport, manager_config cfg);
+
+} // namespace layerstream

@@ -1,0 +1,135 @@
+#include "cli/blocks_command.hpp"
+
+#include <fstream>
+#include <optional>
+#include <ostream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "transport/transfer_plan.hpp"
+
+namespace layerstream::cli {
+
+namespace {
+
+using nlohmann::json;
+
+/// A bad field: the message starts with the field name.
+struct input_error {
+  std::string what;
+};
+
+const std::set<std::string> known_keys = {
+  "src_pages", "dst_pages", "src_k_ptrs",  "dst_k_ptrs",  "src_v_ptrs",  "dst_v_ptrs",
+  "item_lens", "layer",     "cp_size",     "cp_rank",     "chunk_start", "total_pages"};
+
+uint64_t get_u64(const json& obj, const char* key, std::optional<uint64_t> fallback = {}) {
+  auto i = obj.find(key);
+  if (i == obj.end()) {
+    if (fallback)
+      return *fallback;
+    throw input_error{std::string{key} + ": missing"};
+  }
+  if (!i->is_number_unsigned())
+    throw input_error{std::string{key} + ": expected an unsigned 64-bit integer, got " +
+                      i->dump()};
+  return i->get<uint64_t>();
+}
+
+std::vector<uint64_t> get_u64_list(const json& obj, const char* key) {
+  auto i = obj.find(key);
+  if (i == obj.end())
+    throw input_error{std::string{key} + ": missing"};
+  if (!i->is_array())
+    throw input_error{std::string{key} + ": expected an array of unsigned 64-bit integers"};
+  std::vector<uint64_t> out;
+  out.reserve(i->size());
+  for (size_t k = 0; k < i->size(); ++k) {
+    const auto& v = (*i)[k];
+    if (!v.is_number_unsigned())
+      throw input_error{std::string{key} + "[" + std::to_string(k) +
+                        "]: expected an unsigned 64-bit integer, got " + v.dump()};
+    out.push_back(v.get<uint64_t>());
+  }
+  return out;
+}
+
+/// The field-first message of a refused input; overflow keeps its code as a prefix.
+std::string reason(const caf::error& e) {
+  return is(e, lserr::overflow) ? describe(e) : message_of(e);
+}
+
+json blocks_of(const json& in, std::ostream& err, const std::string& where) {
+  if (!in.is_object())
+    throw input_error{"expected a JSON object"};
+  for (auto& [key, value] : in.items())
+    if (known_keys.count(key) == 0)
+      err << "layerstream blocks: " << where << "warning: unknown key '" << key
+          << "' ignored\n";
+  auto src_pages = get_u64_list(in, "src_pages");
+  auto dst_pages = get_u64_list(in, "dst_pages");
+  kv_pointers ptrs{get_u64_list(in, "src_k_ptrs"), get_u64_list(in, "dst_k_ptrs"),
+                   get_u64_list(in, "src_v_ptrs"), get_u64_list(in, "dst_v_ptrs"),
+                   get_u64_list(in, "item_lens")};
+  auto layer = get_u64(in, "layer");
+  cp_slice slice;
+  slice.cp_size = get_u64(in, "cp_size");
+  slice.cp_rank = get_u64(in, "cp_rank");
+  slice.chunk_start = get_u64(in, "chunk_start", 0);
+  slice.total_pages = get_u64(in, "total_pages", src_pages.size());
+  if (slice.total_pages == 0 && !src_pages.empty())
+    throw input_error{"total_pages: 0, but the page lists hold " +
+                      std::to_string(src_pages.size()) + " pages"};
+  if (auto e = validate(ptrs))
+    throw input_error{reason(e)};
+  auto plan = make_transfer_plan(src_pages, dst_pages, slice);
+  if (!plan)
+    throw input_error{reason(plan.error())};
+  std::vector<block> blocks;
+  if (auto e = append_layer_blocks(*plan, ptrs, layer, blocks))
+    throw input_error{reason(e)};
+  json arr = json::array();
+  for (auto& b : blocks)
+    arr.push_back(json::array({b.src, b.dst, b.len}));
+  return json{{"blocks", std::move(arr)}};
+}
+
+} // namespace
+
+int run_blocks(const std::string& input_path, std::ostream& out, std::ostream& err) {
+  std::ifstream file{input_path};
+  if (!file) {
+    err << "layerstream blocks: " << input_path << ": cannot open file\n";
+    return 2;
+  }
+  json in;
+  try {
+    in = json::parse(file);
+  } catch (const json::exception& e) {
+    err << "layerstream blocks: " << input_path << ": not valid JSON: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    if (!in.is_array()) {
+      out << blocks_of(in, err, "").dump() << "\n";
+      return 0;
+    }
+    json results = json::array();
+    for (size_t i = 0; i < in.size(); ++i) {
+      auto where = "[" + std::to_string(i) + "]: ";
+      try {
+        results.push_back(blocks_of(in[i], err, where));
+      } catch (const input_error& e) {
+        throw input_error{where + e.what};
+      }
+    }
+    out << results.dump() << "\n";
+    return 0;
+  } catch (const input_error& e) {
+    err << "layerstream blocks: " << input_path << ": " << e.what << "\n";
+    return 2;
+  }
+}
+
+} // namespace layerstream::cli

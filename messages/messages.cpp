@@ -1,0 +1,25 @@
+#include "messages/messages.hpp"
+
+namespace layerstream {
+
+void add_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<remote_region>("layerstream::remote_region");
+  cfg.add_message_type<fabric_peer>("layerstream::fabric_peer");
+  cfg.add_message_type<connect_peer>("layerstream::connect_peer");
+  cfg.add_message_type<block>("layerstream::block");
+  cfg.add_message_type<std::vector<block>>("std::vector<layerstream::block>");
+  cfg.add_message_type<page_run>("layerstream::page_run");
+  cfg.add_message_type<transfer_plan>("layerstream::transfer_plan");
+  cfg.add_message_type<kv_pointers>("layerstream::kv_pointers");
+  cfg.add_message_type<request_transfer>("layerstream::request_transfer");
+  cfg.add_message_type<setup>("layerstream::setup");
+  cfg.add_message_type<layer_end>("layerstream::layer_end");
+  cfg.add_message_type<event_ready>("layerstream::event_ready");
+  cfg.add_message_type<submit>("layerstream::submit");
+  cfg.add_message_type<submit_done>("layerstream::submit_done");
+  cfg.add_message_type<finish>("layerstream::finish");
+  cfg.add_message_type<finish_result>("layerstream::finish_result");
+  cfg.add_message_type<finish_deadline>("layerstream::finish_deadline");
+}
+
+} // namespace layerstream

@@ -1,0 +1,215 @@
+// Every typed message of layerstream, in one place.
+//
+// Each struct says who sends it to whom. Statuses are caf::error (default =
+// success) so that failures carry their reason everywhere, across processes
+// too. All types are registered with CAF in add_message_types(), with the
+// same names in every process (unregistered types arrive EMPTY in caf-io).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/error.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "device/event.hpp"
+#include "transport/transfer_plan.hpp"
+
+namespace layerstream {
+
+/// A request's id, shared by prefill and decode (SGLang's bootstrap room).
+using room_id = uint64_t;
+
+/// A decode endpoint as known to one transport (index into its peer table).
+using peer_id = uint32_t;
+
+/// One memory region a decode rank registered (FI_REMOTE_WRITE) and
+/// advertised: every dst range written there must lie inside
+/// [base, base + length). `base` is the region's virtual address on the
+/// decode side; for providers without FI_MR_VIRT_ADDR the transport turns a
+/// dst address into the offset dst - base.
+struct remote_region {
+  uint64_t base = 0;
+  uint64_t length = 0;
+  uint64_t key = 0;
+  friend bool operator==(const remote_region& a, const remote_region& b) {
+    return a.base == b.base && a.length == b.length && a.key == b.key;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_region& x) {
+  return f(caf::meta::type_name("remote_region"), x.base, x.length, x.key);
+}
+
+/// How to reach one decode rank's KV pool over the fabric.
+struct fabric_peer {
+  /// Provider name as fi_getinfo reports it (both sides must use the same).
+  std::string provider;
+  /// The decode endpoint's address (fi_getname bytes).
+  std::vector<uint8_t> address;
+  std::vector<remote_region> regions;
+  friend bool operator==(const fabric_peer& a, const fabric_peer& b) {
+    return a.provider == b.provider && a.address == b.address && a.regions == b.regions;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fabric_peer& x) {
+  return f(caf::meta::type_name("fabric_peer"), x.provider, x.address, x.regions);
+}
+
+/// scheduler -> transport: make a decode endpoint reachable. Answered with
+/// its peer_id (the same id again for the same address and regions).
+struct connect_peer {
+  fabric_peer peer;
+  friend bool operator==(const connect_peer& a, const connect_peer& b) {
+    return a.peer == b.peer;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, connect_peer& x) {
+  return f(caf::meta::type_name("connect_peer"), x.peer);
+}
+
+/// What one context needs to stream one request (or one chunk of it) on one rank.
+struct request_transfer {
+  room_id room = 0;
+  /// The decode endpoint this room's KV goes to (from connect_peer).
+  peer_id peer = 0;
+  /// Owned pages of this rank in this chunk, grouped into runs.
+  transfer_plan plan;
+  /// Per-layer base pointers and item lengths of both pools.
+  kv_pointers ptrs;
+  friend bool operator==(const request_transfer& a, const request_transfer& b) {
+    return a.room == b.room && a.peer == b.peer && a.plan == b.plan && a.ptrs == b.ptrs;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_transfer& x) {
+  return f(caf::meta::type_name("request_transfer"), x.room, x.peer, x.plan, x.ptrs);
+}
+
+/// scheduler -> manager, before the forward: the requests whose KV this
+/// forward batch produces. Answered with caf::ok_atom once their contexts exist.
+struct setup {
+  std::vector<request_transfer> batch;
+  friend bool operator==(const setup& a, const setup& b) { return a.batch == b.batch; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, setup& x) {
+  return f(caf::meta::type_name("setup"), x.batch);
+}
+
+/// notifier -> manager (one per layer, from the forward thread);
+/// manager -> each active context. `event` is process-local and never
+/// serialized: a deserialized layer_end has no event.
+struct layer_end {
+  uint32_t layer = 0;
+  event_ptr event;
+  friend bool operator==(const layer_end& a, const layer_end& b) {
+    return a.layer == b.layer && a.event == b.event;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_end& x) {
+  return f(caf::meta::type_name("layer_end"), x.layer);
+}
+
+/// event waiter -> context, once the layer's write event completed (or failed).
+struct event_ready {
+  uint32_t layer = 0;
+  caf::error status;
+  friend bool operator==(const event_ready& a, const event_ready& b) {
+    return a.layer == b.layer && a.status == b.status;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, event_ready& x) {
+  return f(caf::meta::type_name("event_ready"), x.layer, x.status);
+}
+
+/// context -> transport: write these blocks (one layer of one room) to `peer`.
+struct submit {
+  room_id room = 0;
+  uint32_t layer = 0;
+  peer_id peer = 0;
+  std::vector<block> blocks;
+  friend bool operator==(const submit& a, const submit& b) {
+    return a.room == b.room && a.layer == b.layer && a.peer == b.peer && a.blocks == b.blocks;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, submit& x) {
+  return f(caf::meta::type_name("submit"), x.room, x.layer, x.peer, x.blocks);
+}
+
+/// transport -> context, the answer to `submit`: every block is
+/// delivery-complete at the target (status ok, `bytes` written), or failed.
+struct submit_done {
+  room_id room = 0;
+  uint32_t layer = 0;
+  caf::error status;
+  uint64_t bytes = 0;
+  friend bool operator==(const submit_done& a, const submit_done& b) {
+    return a.room == b.room && a.layer == b.layer && a.status == b.status && a.bytes == b.bytes;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, submit_done& x) {
+  return f(caf::meta::type_name("submit_done"), x.room, x.layer, x.status, x.bytes);
+}
+
+/// scheduler -> manager -> context, after the forward.
+struct finish {
+  room_id room = 0;
+  friend bool operator==(const finish& a, const finish& b) { return a.room == b.room; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, finish& x) {
+  return f(caf::meta::type_name("finish"), x.room);
+}
+
+/// context -> manager -> scheduler, the answer to `finish`: sent once every
+/// submitted layer completed. Success only if every layer with owned pages
+/// was sent. A repeated finish gets the same answer.
+struct finish_result {
+  room_id room = 0;
+  caf::error status;
+  uint32_t layers_sent = 0;
+  uint64_t bytes = 0;
+  friend bool operator==(const finish_result& a, const finish_result& b) {
+    return a.room == b.room && a.status == b.status && a.layers_sent == b.layers_sent &&
+           a.bytes == b.bytes;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, finish_result& x) {
+  return f(caf::meta::type_name("finish_result"), x.room, x.status, x.layers_sent, x.bytes);
+}
+
+/// context -> itself: the deadline for outstanding layers after `finish`.
+struct finish_deadline {
+  friend bool operator==(const finish_deadline&, const finish_deadline&) { return true; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, finish_deadline&) {
+  return f(caf::meta::type_name("finish_deadline"));
+}
+
+/// Registers every message type above with `cfg`, under fixed names.
+void add_message_types(caf::actor_system_config& cfg);
+
+} // namespace layerstream

@@ -1,0 +1,228 @@
+// Scripted message sequences of the context actor.
+#define CAF_SUITE context
+#include "fixture.hpp"
+
+using namespace layerstream;
+using namespace layerstream::testing;
+
+namespace {
+
+struct context_fixture : actor_fixture {
+  context_config cfg;
+
+  context_actor spawn_context(const request_transfer& req) {
+    auto ctx = sys.spawn(context_impl, req, transport, cfg);
+    run();
+    return ctx;
+  }
+
+  /// Sends layer_end for `layer` with a fresh scripted event.
+  std::shared_ptr<host_event> end_layer(const context_actor& ctx, uint32_t layer) {
+    auto ev = events.record(0);
+    self->send(ctx, layer_end{layer, ev});
+    expect((layer_end), from(self).to(ctx).with(layer_end{layer, ev}));
+    return std::static_pointer_cast<host_event>(ev);
+  }
+
+  /// The event completes; the context submits the layer and the transport answers.
+  void complete_and_send(const context_actor& ctx, host_event& ev, const request_transfer& req,
+                         uint32_t layer) {
+    ev.signal();
+    expect((event_ready), from(_).to(ctx).with(event_ready{layer, caf::error{}}));
+    expect((submit), from(ctx).to(transport).with(expected_submit(req, layer)));
+    expect((submit_done), from(transport).to(ctx));
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(context_tests, context_fixture)
+
+CAF_TEST(a layer is submitted only after its event completed) {
+  auto req = make_request(7, 5, 2);
+  auto ctx = spawn_context(req);
+  auto ev = end_layer(ctx, 0);
+  // The event is still pending: nothing may reach the transport.
+  disallow((submit), from(ctx).to(transport));
+  CAF_CHECK(script->received.empty());
+  ev->signal();
+  expect((event_ready), from(_).to(ctx).with(event_ready{0, caf::error{}}));
+  expect((submit), from(ctx).to(transport).with(expected_submit(req, 0)));
+  expect((submit_done), from(transport).to(ctx));
+  CAF_CHECK_EQUAL(script->received.size(), 1u);
+}
+
+CAF_TEST(a layer is submitted at most once) {
+  auto req = make_request(7, 5, 2);
+  auto ctx = spawn_context(req);
+  auto ev = end_layer(ctx, 1);
+  // A second layer_end for the same layer, with another event, is ignored.
+  auto ev2 = end_layer(ctx, 1);
+  ev2->signal();
+  disallow((event_ready), from(_).to(ctx));
+  complete_and_send(ctx, *ev, req, 1);
+  // A late duplicate event_ready does not submit again.
+  self->send(ctx, event_ready{1, caf::error{}});
+  expect((event_ready), from(self).to(ctx));
+  disallow((submit), from(ctx).to(transport));
+  CAF_CHECK_EQUAL(script->received.size(), 1u);
+  // And the layer is counted once.
+  self->request(ctx, caf::infinite, finish{7});
+  expect((finish), from(self).to(ctx));
+  // Layer 0 never ended: a room with a missing layer must not report success.
+  expect((finish_result), from(ctx).to(self).with(finish_result{
+                                                    7, make_error(lserr::missing_layer, ""), 1,
+                                                    expected_bytes(req, 1)}));
+}
+
+CAF_TEST(a room with no owned pages skips every layer and succeeds) {
+  auto req = make_request(9, 0, 3);
+  CAF_REQUIRE(req.plan.empty());
+  auto ctx = spawn_context(req);
+  for (uint32_t l = 0; l < 3; ++l) {
+    auto ev = events.record(0);
+    self->send(ctx, layer_end{l, ev});
+    expect((layer_end), from(self).to(ctx));
+  }
+  // The skipped layers never asked their events: signalling them sends nothing.
+  for (size_t i = 0; i < events.count(); ++i)
+    events.recorded(i)->signal();
+  disallow((event_ready), from(_).to(ctx));
+  self->request(ctx, caf::infinite, finish{9});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result), from(ctx).to(self).with(finish_result{9, caf::error{}, 0, 0}));
+  CAF_CHECK(script->received.empty());
+}
+
+CAF_TEST(finish waits for every outstanding submit) {
+  script->hold = true;
+  auto req = make_request(3, 4, 2);
+  auto ctx = spawn_context(req);
+  auto ev0 = end_layer(ctx, 0);
+  auto ev1 = end_layer(ctx, 1);
+  ev0->signal();
+  ev1->signal();
+  expect((event_ready), from(_).to(ctx));
+  expect((submit), from(ctx).to(transport).with(expected_submit(req, 0)));
+  expect((event_ready), from(_).to(ctx));
+  expect((submit), from(ctx).to(transport).with(expected_submit(req, 1)));
+  self->request(ctx, caf::infinite, finish{3});
+  expect((finish), from(self).to(ctx));
+  disallow((finish_result), from(ctx).to(self));
+  release(3, 1);
+  expect((release_atom, room_id, uint32_t), from(_).to(transport_handle));
+  expect((submit_done), from(transport).to(ctx));
+  disallow((finish_result), from(ctx).to(self));
+  release(3, 0);
+  expect((release_atom, room_id, uint32_t), from(_).to(transport_handle));
+  expect((submit_done), from(transport).to(ctx));
+  expect((finish_result), from(ctx).to(self).with(finish_result{
+                                                    3, caf::error{}, 2,
+                                                    expected_bytes(req, 0) +
+                                                      expected_bytes(req, 1)}));
+}
+
+CAF_TEST(a failed submit stops later layers and fails finish) {
+  script->fail.insert({5, 1});
+  auto req = make_request(5, 6, 4);
+  auto ctx = spawn_context(req);
+  auto ev0 = end_layer(ctx, 0);
+  complete_and_send(ctx, *ev0, req, 0);
+  auto ev1 = end_layer(ctx, 1);
+  auto ev2 = end_layer(ctx, 2);
+  complete_and_send(ctx, *ev1, req, 1); // answered with the scripted failure
+  // Layer 2 ended before the failure, but its event completes after it:
+  // nothing more is submitted.
+  ev2->signal();
+  expect((event_ready), from(_).to(ctx));
+  disallow((submit), from(ctx).to(transport));
+  // Layer 3 ends after the failure: not even its event is asked.
+  auto ev3 = end_layer(ctx, 3);
+  ev3->signal();
+  disallow((event_ready), from(_).to(ctx));
+  self->request(ctx, caf::infinite, finish{5});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result), from(ctx).to(self).with(finish_result{
+                                                    5, make_error(lserr::transfer_failed, ""),
+                                                    1, expected_bytes(req, 0)}));
+  CAF_CHECK_EQUAL(script->received.size(), 2u);
+}
+
+CAF_TEST(a failed event wait propagates to finish) {
+  auto req = make_request(6, 2, 2);
+  auto ctx = spawn_context(req);
+  auto ev0 = end_layer(ctx, 0);
+  ev0->signal(make_error(lserr::event_failed, "sticky device error"));
+  expect((event_ready), from(_).to(ctx));
+  disallow((submit), from(ctx).to(transport));
+  auto ev1 = end_layer(ctx, 1);
+  self->request(ctx, caf::infinite, finish{6});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{6, make_error(lserr::event_failed, ""), 0, 0}));
+  CAF_CHECK(script->received.empty());
+}
+
+CAF_TEST(a repeated finish gets the same answer) {
+  auto req = make_request(8, 3, 1);
+  auto ctx = spawn_context(req);
+  auto ev = end_layer(ctx, 0);
+  complete_and_send(ctx, *ev, req, 0);
+  auto want = finish_result{8, caf::error{}, 1, expected_bytes(req, 0)};
+  self->request(ctx, caf::infinite, finish{8});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result), from(ctx).to(self).with(want));
+  self->request(ctx, caf::infinite, finish{8});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result), from(ctx).to(self).with(want));
+}
+
+CAF_TEST(an event that never completes fails the room at the finish deadline) {
+  cfg.finish_timeout = std::chrono::seconds(5);
+  auto req = make_request(4, 2, 1);
+  auto ctx = spawn_context(req);
+  auto ev = end_layer(ctx, 0);
+  self->request(ctx, std::chrono::seconds(100), finish{4});
+  expect((finish), from(self).to(ctx));
+  disallow((finish_result), from(ctx).to(self));
+  advance_time(std::chrono::seconds(5));
+  expect((finish_deadline), from(ctx).to(ctx));
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{4, make_error(lserr::timeout, ""), 0, 0}));
+  // The event completing later changes nothing and submits nothing.
+  ev->signal();
+  expect((event_ready), from(_).to(ctx));
+  disallow((submit), from(ctx).to(transport));
+}
+
+CAF_TEST(a submit the transport never answers fails within the submit timeout) {
+  script->hold = true;
+  cfg.submit_timeout = std::chrono::seconds(2);
+  auto req = make_request(2, 2, 1);
+  auto ctx = spawn_context(req);
+  auto ev = end_layer(ctx, 0);
+  ev->signal();
+  expect((event_ready), from(_).to(ctx));
+  expect((submit), from(ctx).to(transport));
+  self->request(ctx, caf::infinite, finish{2});
+  expect((finish), from(self).to(ctx));
+  disallow((finish_result), from(ctx).to(self));
+  advance_time(std::chrono::seconds(2));
+  expect((caf::error), from(ctx).to(ctx));
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{2, make_error(lserr::transfer_failed, ""), 0, 0}));
+}
+
+CAF_TEST(pointer lists that do not match fail the room without a submit) {
+  auto req = make_request(1, 2, 2);
+  req.ptrs.dst_k.pop_back();
+  auto ctx = spawn_context(req);
+  auto ev = end_layer(ctx, 0);
+  disallow((event_ready), from(_).to(ctx));
+  self->request(ctx, caf::infinite, finish{1});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{1, make_error(lserr::bad_input, ""), 0, 0}));
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

@@ -1,0 +1,132 @@
+// Shared set-up of the actor suites: CAF's deterministic test coordinator,
+// a scripted transport, and request builders.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#define FAIL(msg) CAF_FAIL(msg)
+#include <caf/test/dsl.hpp>
+
+#include "actors/context.hpp"
+#include "actors/manager.hpp"
+#include "device/host_event.hpp"
+#include "messages/messages.hpp"
+
+namespace layerstream::testing {
+
+using release_atom = caf::atom_constant<caf::atom("release")>;
+
+/// What the scripted transport does and what it saw. Lives on the test
+/// thread; the test coordinator runs every actor there too.
+struct transport_script {
+  /// Every submit received, in order.
+  std::vector<submit> received;
+  /// (room, layer) pairs answered with a failure.
+  std::set<std::pair<room_id, uint32_t>> fail;
+  /// Keep every answer until the test sends {release_atom, room, layer}.
+  bool hold = false;
+  std::map<std::pair<room_id, uint32_t>, std::pair<caf::response_promise, submit_done>> held;
+};
+
+inline uint64_t bytes_of(const std::vector<block>& blocks) {
+  uint64_t n = 0;
+  for (auto& b : blocks)
+    n += b.len;
+  return n;
+}
+
+/// Answers each submit as the script says: success with the blocks' bytes,
+/// a failure, or held until released.
+inline caf::behavior scripted_transport(caf::event_based_actor* self,
+                                        std::shared_ptr<transport_script> script) {
+  return {
+    [=](submit& msg) -> caf::result<submit_done> {
+      script->received.push_back(msg);
+      auto key = std::make_pair(msg.room, msg.layer);
+      submit_done done{msg.room, msg.layer, {}, bytes_of(msg.blocks)};
+      if (script->fail.count(key) > 0) {
+        done.status = make_error(lserr::transfer_failed, "scripted failure");
+        done.bytes = 0;
+      }
+      if (!script->hold)
+        return done;
+      auto rp = self->make_response_promise();
+      script->held.emplace(key, std::make_pair(rp, done));
+      return rp;
+    },
+    [=](release_atom, room_id room, uint32_t layer) {
+      auto i = script->held.find({room, layer});
+      if (i == script->held.end())
+        return;
+      i->second.first.deliver(i->second.second);
+      script->held.erase(i);
+    },
+  };
+}
+
+struct test_config : caf::actor_system_config {
+  test_config() { layerstream::add_message_types(*this); }
+};
+
+/// `pages` src pages starting at `src0`, dst pages at `dst0`, `layers`
+/// K/V layers of 64-byte pages (V pages 32 bytes).
+inline request_transfer make_request(room_id room, uint64_t pages, uint32_t layers,
+                                     uint64_t src0 = 10, uint64_t dst0 = 100) {
+  std::vector<uint64_t> src(pages), dst(pages);
+  for (uint64_t i = 0; i < pages; ++i) {
+    src[i] = src0 + i;
+    dst[i] = dst0 + i;
+  }
+  request_transfer req;
+  req.room = room;
+  req.plan = *make_transfer_plan(src, dst);
+  for (uint32_t l = 0; l < layers; ++l) {
+    req.ptrs.src_k.push_back(0x100000 * (l + 1));
+    req.ptrs.src_v.push_back(0x100000 * (l + 1) + 0x80000);
+    req.ptrs.dst_k.push_back(0x10000000 + 0x100000 * (l + 1));
+    req.ptrs.dst_v.push_back(0x10000000 + 0x100000 * (l + 1) + 0x80000);
+  }
+  req.ptrs.item_lens.assign(layers, 64);
+  req.ptrs.item_lens.resize(2 * layers, 32);
+  return req;
+}
+
+/// The submit a context must send for `layer` of `req`.
+inline submit expected_submit(const request_transfer& req, uint32_t layer) {
+  return submit{req.room, layer, req.peer, *build_layer_blocks(req.plan, req.ptrs, layer)};
+}
+
+inline uint64_t expected_bytes(const request_transfer& req, uint32_t layer) {
+  return *layer_bytes(req.plan, req.ptrs, layer);
+}
+
+struct actor_fixture : test_coordinator_fixture<test_config> {
+  std::shared_ptr<transport_script> script = std::make_shared<transport_script>();
+  caf::actor transport_handle;
+  submit_sink transport;
+  scripted_event_source events;
+
+  actor_fixture() {
+    transport_handle = sys.spawn(scripted_transport, script);
+    transport = caf::actor_cast<submit_sink>(transport_handle);
+    run();
+  }
+
+  ~actor_fixture() override {
+    // A held promise references the transport actor itself; drop it so the
+    // actor can end and the system can shut down.
+    script->held.clear();
+  }
+
+  void release(room_id room, uint32_t layer) {
+    caf::anon_send(transport_handle, release_atom::value, room, layer);
+  }
+};
+
+} // namespace layerstream::testing
