@@ -4,7 +4,21 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/transport_bench.hpp"
 #include "cli/blocks_command.hpp"
+#include "cli/node_commands.hpp"
+
+namespace {
+
+/// CLI11 option that fills a std::optional<T>.
+template <class T>
+CLI::Option* add_optional(CLI::App* app, const std::string& name, std::optional<T>& out,
+                          const std::string& help) {
+  return app->add_option_function<T>(
+    name, [&out](const T& v) { out = v; }, help);
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"layerstream: per-layer, overlapped KV-cache transfer for disaggregated LLM serving"};
@@ -17,6 +31,51 @@ int main(int argc, char** argv) {
   blocks->add_option("--input", blocks_input, "JSON file: one input object or an array of them")
     ->required();
 
+  layerstream::cli::demo_options demo_opts;
+  auto* demo = app.add_subcommand(
+    "demo", "Prefill and decode together on loopback (embedded default config); exit 0 only "
+            "if every room completed bit-exactly");
+  demo->add_option("--config", demo_opts.config_path, "TOML config (default: the embedded demo)");
+  add_optional(demo, "--layers", demo_opts.layers, "model layers");
+  add_optional(demo, "--cp", demo_opts.cp, "prefill ranks (context parallelism)");
+  add_optional(demo, "--rooms", demo_opts.rooms, "requests (rooms)");
+  demo->add_flag("--mla", demo_opts.mla, "MLA: one fused KV buffer per layer, one KV head");
+  add_optional(demo, "--chunk-tokens", demo_opts.chunk_tokens,
+               "chunked prefill: tokens per chunk (a multiple of the page size)");
+  demo->add_flag("--bulk", demo_opts.bulk, "per-layer off: classic transfer after the forward");
+  add_optional(demo, "--provider", demo_opts.provider,
+               "libfabric provider: tcp;ofi_rxm, net, shm, sockets");
+  add_optional(demo, "--log-level", demo_opts.log_level, "trace, debug, info, warn, error, off");
+  demo->add_option("--json", demo_opts.json_path, "write the report as JSON to this file");
+  demo->add_option("--trace", demo_opts.trace_path, "write a Chrome trace (not built yet)");
+
+  std::string prefill_config;
+  std::optional<std::string> prefill_log;
+  auto* prefill = app.add_subcommand(
+    "prefill", "One prefill rank: publish its scheduler and serve until SIGINT/SIGTERM");
+  prefill->add_option("--config", prefill_config, "TOML config of this rank")->required();
+  add_optional(prefill, "--log-level", prefill_log, "trace, debug, info, warn, error, off");
+
+  std::string decode_config, decode_json;
+  std::optional<std::string> decode_log;
+  auto* decode = app.add_subcommand(
+    "decode", "One decode node: connect to the prefill ranks, run the workload, report");
+  decode->add_option("--config", decode_config, "TOML config of this node")->required();
+  add_optional(decode, "--log-level", decode_log, "trace, debug, info, warn, error, off");
+  decode->add_option("--json", decode_json, "write the report as JSON to this file");
+
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  layerstream::transport_bench_options tb;
+  bool tb_quick = false;
+  auto* bench_transport = bench->add_subcommand(
+    "transport", "Transport actor path against a plain libfabric write loop (same provider, "
+                 "size, window, FI_DELIVERY_COMPLETE), interleaved, medians");
+  bench_transport->add_option("--provider", tb.providers, "providers (default: shm tcp;ofi_rxm)");
+  bench_transport->add_option("--repetitions", tb.repetitions, "interleaved repetitions");
+  bench_transport->add_flag("--quick", tb_quick, "a short smoke run");
+  bench_transport->add_option("--json", tb.json_path, "write the results as JSON to this file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -26,5 +85,18 @@ int main(int argc, char** argv) {
   }
   if (*blocks)
     return layerstream::cli::run_blocks(blocks_input, std::cout, std::cerr);
+  if (*demo)
+    return layerstream::cli::run_demo(demo_opts);
+  if (*prefill)
+    return layerstream::cli::run_prefill(prefill_config, prefill_log);
+  if (*decode)
+    return layerstream::cli::run_decode(decode_config, decode_log, decode_json);
+  if (*bench_transport) {
+    if (tb_quick) {
+      tb.bytes_per_rep = 8 << 20;
+      tb.repetitions = 3;
+    }
+    return layerstream::run_transport_bench(tb);
+  }
   return 2;
 }

@@ -20,6 +20,8 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<finish>("layerstream::finish");
   cfg.add_message_type<finish_result>("layerstream::finish_result");
   cfg.add_message_type<finish_deadline>("layerstream::finish_deadline");
+  cfg.add_message_type<transfer_info>("layerstream::transfer_info");
+  cfg.add_message_type<kv_ready>("layerstream::kv_ready");
 }
 
 } // namespace layerstream

@@ -209,6 +209,57 @@ typename Inspector::result_type inspect(Inspector& f, finish_deadline&) {
   return f(caf::meta::type_name("finish_deadline"));
 }
 
+/// decode -> each prefill rank's scheduler (control plane, caf-io): a request
+/// and where its KV goes. Answered with kv_ready once that rank's writes for
+/// the room are all delivery-complete (after the last chunk), or failed.
+struct transfer_info {
+  room_id room = 0;
+  /// Prompt length in tokens (the simulated model writes this many).
+  uint64_t prompt_tokens = 0;
+  /// The decode endpoint: provider, fabric address, advertised regions (keys).
+  fabric_peer decode;
+  /// Decode pool pages, one per request page, in page order.
+  std::vector<uint64_t> dst_pages;
+  /// Decode per-layer base pointers; dst_v empty for MLA.
+  std::vector<uint64_t> dst_k_ptrs;
+  std::vector<uint64_t> dst_v_ptrs;
+  /// Bytes of one page of each decode buffer, [K_0..K_{N-1}, V_0..V_{N-1}] or N entries.
+  std::vector<uint64_t> item_lens;
+  /// How many prefill ranks write this room (each its own contiguous slice).
+  uint32_t cp_size = 1;
+  friend bool operator==(const transfer_info& a, const transfer_info& b) {
+    return a.room == b.room && a.prompt_tokens == b.prompt_tokens && a.decode == b.decode &&
+           a.dst_pages == b.dst_pages && a.dst_k_ptrs == b.dst_k_ptrs &&
+           a.dst_v_ptrs == b.dst_v_ptrs && a.item_lens == b.item_lens && a.cp_size == b.cp_size;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_info& x) {
+  return f(caf::meta::type_name("transfer_info"), x.room, x.prompt_tokens, x.decode, x.dst_pages,
+           x.dst_k_ptrs, x.dst_v_ptrs, x.item_lens, x.cp_size);
+}
+
+/// prefill rank -> decode, the answer to transfer_info: sent only after all
+/// of that rank's writes for the room completed (status ok), or with the reason
+/// it failed.
+struct kv_ready {
+  room_id room = 0;
+  uint32_t cp_rank = 0;
+  caf::error status;
+  /// Bytes this rank wrote for the room.
+  uint64_t bytes = 0;
+  friend bool operator==(const kv_ready& a, const kv_ready& b) {
+    return a.room == b.room && a.cp_rank == b.cp_rank && a.status == b.status &&
+           a.bytes == b.bytes;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_ready& x) {
+  return f(caf::meta::type_name("kv_ready"), x.room, x.cp_rank, x.status, x.bytes);
+}
+
 /// Registers every message type above with `cfg`, under fixed names.
 void add_message_types(caf::actor_system_config& cfg);
 

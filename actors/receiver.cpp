@@ -1,0 +1,340 @@
+#include "actors/receiver.hpp"
+
+#include <caf/sec.hpp>
+#include <caf/send.hpp>
+
+#include "common/log.hpp"
+
+namespace layerstream {
+
+std::string to_string(room_state state) {
+  switch (state) {
+  case room_state::waiting:
+    return "waiting";
+  case room_state::transferring:
+    return "transferring";
+  case room_state::complete:
+    return "complete";
+  case room_state::failed:
+    return "failed";
+  }
+  return "unknown";
+}
+
+void receiver_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<open_room>("layerstream::open_room");
+  cfg.add_message_type<room_result>("layerstream::room_result");
+  cfg.add_message_type<close_room>("layerstream::close_room");
+  cfg.add_message_type<room_status_query>("layerstream::room_status_query");
+  cfg.add_message_type<room_status>("layerstream::room_status");
+}
+
+receiver_config make_receiver_config(const deployment_config& dep) {
+  receiver_config cfg;
+  cfg.room_timeout = dep.timeouts.room;
+  return cfg;
+}
+
+receiver_state::~receiver_state() {
+  for (auto& [room, entry] : rooms) {
+    if (entry.reply.pending())
+      entry.reply.deliver(
+          room_result{room,
+                      make_error(lserr::cancelled, "receiver stopped before room " +
+                                                       std::to_string(room) + " finished"),
+                      entry.bytes, false, entry.started_ns, entry.finished_ns});
+  }
+}
+
+namespace {
+
+using self_ptr = receiver_actor::stateful_pointer<receiver_state>;
+using room_entry = receiver_state::room_entry;
+
+// local_actor::now() is declared but not exported by Debian's libcaf_core 0.17.6.
+int64_t now_ns(self_ptr self) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             self->clock().now().time_since_epoch())
+      .count();
+}
+
+room_result result_of(room_id room, const room_entry& entry) {
+  return room_result{
+      room, entry.failure, entry.bytes, entry.bit_exact, entry.started_ns, entry.finished_ns};
+}
+
+/// Answers the opener and tells the subscriber.
+void publish(self_ptr self, room_id room, room_entry& entry) {
+  auto res = result_of(room, entry);
+  if (entry.reply.pending())
+    entry.reply.deliver(res);
+  // anon_send: a statically typed actor may not send() to a dynamically typed one.
+  if (self->state.cfg.subscriber)
+    caf::anon_send(self->state.cfg.subscriber, std::move(res));
+}
+
+/// Fails a room that has not finished yet; a finished room keeps its verdict.
+void fail_room(self_ptr self, room_id room, room_entry& entry, caf::error err) {
+  if (entry.state == room_state::complete || entry.state == room_state::failed) {
+    LS_DEBUG("receiver: room {}: further failure ignored: {}", room, describe(err));
+    return;
+  }
+  LS_WARN("receiver: room {} failed: {}", room, describe(err));
+  entry.state = room_state::failed;
+  entry.failure = std::move(err);
+  entry.finished_ns = now_ns(self);
+  publish(self, room, entry);
+}
+
+/// Every rank said ok: check the bytes (if asked), then report the room.
+void complete_room(self_ptr self, room_id room, room_entry& entry) {
+  auto& st = self->state;
+  if (st.cfg.verify) {
+    auto bad =
+        st.pool.pool->check_room(room, entry.pages, 0, entry.prompt_tokens, entry.prompt_tokens);
+    if (bad > 0) {
+      fail_room(
+          self, room, entry,
+          make_error(lserr::transfer_failed, "bytes differ: " + std::to_string(bad) +
+                                                 " bad rows in room " + std::to_string(room) +
+                                                 " although every prefill rank reported success"));
+      return;
+    }
+    entry.bit_exact = true;
+  }
+  entry.state = room_state::complete;
+  entry.finished_ns = now_ns(self);
+  LS_INFO("receiver: room {} complete: {} tokens, {} bytes from {} ranks{}", room,
+          entry.prompt_tokens, entry.bytes, entry.ranks.size(),
+          entry.bit_exact ? ", bit-exact" : "");
+  publish(self, room, entry);
+}
+
+/// A failed room's pages go back once no request for it is out; a closed
+/// failed room is then forgotten.
+void settle(self_ptr self, room_id room) {
+  auto& st = self->state;
+  auto i = st.rooms.find(room);
+  auto& entry = i->second;
+  if (entry.state != room_state::failed || entry.outstanding > 0)
+    return;
+  if (!entry.pages.empty()) {
+    st.pages->release(entry.pages);
+    LS_DEBUG("receiver: room {}: {} pages released after failure", room, entry.pages.size());
+    entry.pages.clear();
+  }
+  if (entry.closed)
+    st.rooms.erase(i);
+}
+
+/// The error a failed rank leaves on its room, naming the rank.
+caf::error rank_error(uint32_t rank, const caf::error& status) {
+  auto code = status.category() == caf::atom("lserr") ? static_cast<lserr>(status.code())
+                                                      : lserr::transfer_failed;
+  return make_error(code, "prefill rank " + std::to_string(rank) + ": " + message_of(status));
+}
+
+caf::error request_error(uint32_t rank, room_id room, caf::timespan timeout,
+                         const caf::error& err) {
+  auto who = "prefill rank " + std::to_string(rank);
+  if (err == caf::sec::request_timeout)
+    return make_error(
+        lserr::timeout,
+        who + " did not answer room " + std::to_string(room) + " within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
+            " ms");
+  if (err == caf::sec::request_receiver_down)
+    return make_error(lserr::peer_lost, who + " is down: " + describe(err));
+  return make_error(lserr::transfer_failed, who + ": " + describe(err));
+}
+
+/// One rank's answer (kv_ready or a request error) for one room.
+void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, const kv_ready* ready,
+               const caf::error& request_err) {
+  auto& st = self->state;
+  auto i = st.rooms.find(room);
+  if (i == st.rooms.end() || i->second.serial != serial)
+    return; // Cannot happen (rooms outlive their requests); ignore to be safe.
+  auto& entry = i->second;
+  --entry.outstanding;
+  auto& phase = entry.ranks[rank];
+  if (phase != rank_phase::pending) {
+    LS_DEBUG("receiver: room {}: late answer of prefill rank {} ignored", room, rank);
+  } else if (ready == nullptr) {
+    phase = rank_phase::failed;
+    fail_room(self, room, entry, request_error(rank, room, st.cfg.room_timeout, request_err));
+  } else if (ready->room != room || ready->cp_rank != rank) {
+    phase = rank_phase::failed;
+    fail_room(self, room, entry,
+              make_error(lserr::bad_input, "prefill rank " + std::to_string(rank) +
+                                               " answered for room " + std::to_string(ready->room) +
+                                               " as cp_rank " + std::to_string(ready->cp_rank)));
+  } else if (ready->status) {
+    phase = rank_phase::failed;
+    entry.bytes += ready->bytes;
+    fail_room(self, room, entry, rank_error(rank, ready->status));
+  } else {
+    phase = rank_phase::ready;
+    ++entry.ready;
+    entry.bytes += ready->bytes;
+    if (entry.state == room_state::waiting)
+      entry.state = room_state::transferring;
+    LS_DEBUG("receiver: room {}: prefill rank {} ready ({} of {})", room, rank, entry.ready,
+             entry.ranks.size());
+    if (entry.state == room_state::transferring && entry.ready == entry.ranks.size())
+      complete_room(self, room, entry);
+  }
+  settle(self, room);
+}
+
+/// Pages needed for `tokens` tokens, without overflow.
+uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
+  return tokens / page_size + (tokens % page_size != 0 ? 1 : 0);
+}
+
+caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
+  auto& st = self->state;
+  auto room = msg.room;
+  auto started = now_ns(self);
+  auto refuse = [&](caf::error err) {
+    LS_WARN("receiver: room {} refused: {}", room, describe(err));
+    return room_result{room, std::move(err), 0, false, started, now_ns(self)};
+  };
+  if (st.rooms.count(room) > 0)
+    return refuse(
+        make_error(lserr::duplicate_room, "room " + std::to_string(room) + " is already open"));
+  if (msg.prompt_tokens == 0)
+    return refuse(make_error(lserr::bad_input, "room " + std::to_string(room) + " has no tokens"));
+  for (uint32_t r = 0; r < st.lost.size(); ++r)
+    if (st.lost[r])
+      return refuse(make_error(lserr::peer_lost, "prefill rank " + std::to_string(r) +
+                                                     " lost: " + describe(st.lost[r])));
+  auto& pool = *st.pool.pool;
+  auto pages = st.pages->allocate(pages_for(msg.prompt_tokens, pool.page_size()));
+  if (!pages)
+    return refuse(make_error(lserr::bad_input,
+                             "room " + std::to_string(room) + ": " + message_of(pages.error())));
+  auto cp = static_cast<uint32_t>(st.prefill.size());
+  transfer_info info;
+  info.room = room;
+  info.prompt_tokens = msg.prompt_tokens;
+  info.decode = st.pool.peer;
+  info.dst_pages = *pages;
+  info.dst_k_ptrs = pool.k_ptrs();
+  info.dst_v_ptrs = pool.v_ptrs();
+  info.item_lens = pool.item_lens();
+  info.cp_size = cp;
+
+  auto& entry = st.rooms[room];
+  entry.serial = st.next_serial++;
+  entry.prompt_tokens = msg.prompt_tokens;
+  entry.pages = std::move(*pages);
+  entry.ranks.assign(cp, rank_phase::pending);
+  entry.outstanding = cp;
+  entry.started_ns = started;
+  entry.reply = self->make_response_promise<room_result>();
+  LS_DEBUG("receiver: room {} open: {} tokens in {} pages, {} prefill ranks", room,
+           msg.prompt_tokens, entry.pages.size(), cp);
+  auto serial = entry.serial;
+  for (uint32_t rank = 0; rank < cp; ++rank) {
+    self->request(st.prefill[rank], st.cfg.room_timeout, info)
+        .then(
+            [self, room, serial, rank](const kv_ready& ready) {
+              on_answer(self, room, serial, rank, &ready, caf::error{});
+            },
+            [self, room, serial, rank](caf::error& err) {
+              on_answer(self, room, serial, rank, nullptr, err);
+            });
+  }
+  return entry.reply;
+}
+
+void on_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (uint32_t rank = 0; rank < st.prefill.size(); ++rank) {
+    if (st.prefill[rank].address() != dm.source)
+      continue;
+    auto reason = dm.reason ? describe(dm.reason) : std::string{"exited"};
+    st.lost[rank] = make_error(lserr::peer_lost, reason);
+    LS_WARN("receiver: prefill rank {} lost: {}", rank, reason);
+    for (auto& [room, entry] : st.rooms) {
+      if (entry.ranks[rank] != rank_phase::pending)
+        continue;
+      entry.ranks[rank] = rank_phase::lost;
+      // Its request stays out until it is answered or times out: only then
+      // may the pages of a failed room be reused.
+      fail_room(self, room, entry,
+                make_error(lserr::peer_lost,
+                           "prefill rank " + std::to_string(rank) + " lost: " + reason));
+    }
+  }
+}
+
+} // namespace
+
+receiver_actor::behavior_type receiver_impl(receiver_actor::stateful_pointer<receiver_state> self,
+                                            decode_pool pool, page_allocator pages,
+                                            std::vector<scheduler_actor> prefill,
+                                            receiver_config cfg) {
+  auto& init = self->state;
+  init.pool = std::move(pool);
+  init.pages.emplace(std::move(pages));
+  init.prefill = std::move(prefill);
+  init.lost.resize(init.prefill.size());
+  init.cfg = std::move(cfg);
+  for (auto& rank : init.prefill)
+    self->monitor(rank);
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  if (init.pool.pool == nullptr || init.prefill.empty())
+    LS_ERROR("receiver: spawned without a pool or prefill ranks: every room will be refused");
+  return {
+      [self](const open_room& msg) -> caf::result<room_result> {
+        auto& st = self->state;
+        if (st.pool.pool == nullptr || st.prefill.empty())
+          return room_result{
+              msg.room,
+              make_error(lserr::bad_input, "receiver has no decode pool or no prefill ranks"),
+              0,
+              false,
+              now_ns(self),
+              now_ns(self)};
+        return on_open(self, msg);
+      },
+      [self](const room_status_query& msg) -> caf::result<room_status> {
+        auto& st = self->state;
+        auto i = st.rooms.find(msg.room);
+        if (i == st.rooms.end())
+          return make_error(lserr::unknown_room,
+                            "room " + std::to_string(msg.room) + " is not open");
+        auto& entry = i->second;
+        return room_status{msg.room, entry.state,
+                           entry.failure ? describe(entry.failure) : std::string{}};
+      },
+      [self](const close_room& msg) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        auto i = st.rooms.find(msg.room);
+        if (i == st.rooms.end())
+          return make_error(lserr::unknown_room,
+                            "close: room " + std::to_string(msg.room) + " is not open");
+        auto& entry = i->second;
+        switch (entry.state) {
+        case room_state::waiting:
+        case room_state::transferring:
+          LS_WARN("receiver: close of room {} refused: still transferring", msg.room);
+          return make_error(lserr::bad_input,
+                            "close: room " + std::to_string(msg.room) + " has not finished");
+        case room_state::complete:
+          st.pages->release(entry.pages);
+          st.rooms.erase(i);
+          break;
+        case room_state::failed:
+          entry.closed = true;
+          settle(self, msg.room); // Forgets the room now, or when its last request settles.
+          break;
+        }
+        return caf::ok_atom::value;
+      },
+  };
+}
+
+} // namespace layerstream

@@ -1,0 +1,355 @@
+#include "actors/scheduler.hpp"
+
+#include <caf/actor_system_config.hpp>
+#include <caf/send.hpp>
+
+#include "common/log.hpp"
+
+namespace layerstream {
+
+int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+int64_t steady_ns() {
+  return steady_ns(std::chrono::steady_clock::now());
+}
+
+void add_scheduler_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<batch_done>("layerstream::batch_done");
+  cfg.add_message_type<stats_query>("layerstream::stats_query");
+  cfg.add_message_type<scheduler_stats>("layerstream::scheduler_stats");
+}
+
+namespace {
+
+using self_ptr = scheduler_full_actor::stateful_pointer<scheduler_state>;
+
+uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
+  return (tokens + page_size - 1) / page_size;
+}
+
+/// Checks a transfer_info against this rank's model and cluster.
+caf::error check_info(const scheduler_state& st, const transfer_info& info) {
+  auto fail = [&](std::string what) {
+    return make_error(lserr::bad_input,
+                      "transfer_info of room " + std::to_string(info.room) + ": " + what);
+  };
+  const auto& m = st.cfg.model;
+  if (info.prompt_tokens == 0)
+    return fail("prompt_tokens is 0");
+  if (info.dst_pages.size() != pages_for(info.prompt_tokens, m.page_size))
+    return fail("dst_pages holds " + std::to_string(info.dst_pages.size()) + " pages, " +
+                std::to_string(info.prompt_tokens) + " tokens need " +
+                std::to_string(pages_for(info.prompt_tokens, m.page_size)));
+  if (info.cp_size != st.cfg.cp_size)
+    return fail("cp_size " + std::to_string(info.cp_size) + ", this cluster has " +
+                std::to_string(st.cfg.cp_size));
+  if (info.dst_k_ptrs.size() != st.pool->layers() ||
+      info.dst_v_ptrs.size() != st.pool->v_ptrs().size())
+    return fail("pointer lists do not match the model (" + std::to_string(st.pool->layers()) +
+                " layers, " + (st.pool->mla() ? "MLA" : "K/V") + ")");
+  if (info.item_lens != st.pool->item_lens())
+    return fail("item_lens differ from this rank's page size of " +
+                std::to_string(st.pool->item_len()) + " bytes");
+  return caf::none;
+}
+
+/// Settles a room: answers decode and frees its pages.
+void settle_room(self_ptr self, room_id room, caf::error status) {
+  auto& st = self->state;
+  auto i = st.rooms.find(room);
+  if (i == st.rooms.end())
+    return;
+  auto& rs = i->second;
+  if (status) {
+    LS_WARN("rank {}: room {} failed: {}", st.cfg.cp_rank, room, describe(status));
+    ++st.stats.rooms_failed;
+  } else {
+    LS_DEBUG("rank {}: room {} complete, {} bytes", st.cfg.cp_rank, room, rs.bytes);
+    ++st.stats.rooms_complete;
+  }
+  rs.promise.deliver(kv_ready{room, st.cfg.cp_rank, std::move(status), rs.bytes});
+  st.pages->release(rs.owned_pages);
+  st.rooms.erase(i);
+}
+
+void try_start_batch(self_ptr self);
+
+/// A room's chunk of batch `batch_id` finished its transfer.
+void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error status,
+                   uint64_t bytes) {
+  auto& st = self->state;
+  auto b = st.batches.find(batch_id);
+  if (b != st.batches.end()) {
+    if (!status)
+      b->second.last_complete_ns = steady_ns();
+    if (--b->second.unsettled == 0) {
+      if (b->second.last_complete_ns > 0)
+        st.stats.tail_ns.push_back(
+          std::max<int64_t>(0, b->second.last_complete_ns - b->second.forward_end_ns));
+      st.batches.erase(b);
+    }
+  }
+  auto i = st.rooms.find(room);
+  if (i == st.rooms.end())
+    return;
+  auto& rs = i->second;
+  rs.busy = false;
+  rs.bytes += bytes;
+  st.stats.bytes += bytes;
+  if (status || rs.next_token >= rs.info.prompt_tokens) {
+    settle_room(self, room, std::move(status));
+  } else {
+    st.queue.push_back(room); // next chunk
+    try_start_batch(self);
+  }
+}
+
+/// Bulk path: all layers of the chunk, sent after the forward.
+void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
+               const transfer_plan& plan, const kv_pointers& ptrs) {
+  auto& st = self->state;
+  struct progress {
+    uint32_t left = 0;
+    uint64_t bytes = 0;
+    caf::error status;
+  };
+  auto layers = static_cast<uint32_t>(ptrs.layers());
+  if (plan.empty()) {
+    chunk_settled(self, batch_id, room, caf::error{}, 0);
+    return;
+  }
+  auto p = std::make_shared<progress>();
+  p->left = layers;
+  for (uint32_t layer = 0; layer < layers; ++layer) {
+    submit msg{room, layer, peer, {}};
+    if (auto err = append_layer_blocks(plan, ptrs, layer, msg.blocks)) {
+      p->status = std::move(err);
+      if (--p->left == 0)
+        chunk_settled(self, batch_id, room, p->status, p->bytes);
+      continue;
+    }
+    self->request(st.transport, st.cfg.timeouts.submit, std::move(msg))
+      .then(
+        [self, batch_id, room, p](const submit_done& done) {
+          if (done.status && !p->status)
+            p->status = done.status;
+          p->bytes += done.status ? 0 : done.bytes;
+          if (--p->left == 0)
+            chunk_settled(self, batch_id, room, p->status, p->bytes);
+        },
+        [self, batch_id, room, p](caf::error& err) {
+          if (!p->status)
+            p->status = make_error(lserr::transfer_failed, "bulk submit: " + describe(err));
+          if (--p->left == 0)
+            chunk_settled(self, batch_id, room, p->status, p->bytes);
+        });
+  }
+}
+
+void on_batch_done(self_ptr self, const batch_done& msg) {
+  auto& st = self->state;
+  st.forward_busy = false;
+  st.stats.forward_ns.push_back(msg.end_ns - msg.start_ns);
+  auto b = st.batches.find(msg.batch);
+  if (b == st.batches.end())
+    return;
+  b->second.forward_end_ns = msg.end_ns;
+  auto rooms = b->second.rooms;
+  auto chunks = b->second.chunks;
+  for (size_t k = 0; k < rooms.size(); ++k) {
+    auto room = rooms[k];
+    auto i = st.rooms.find(room);
+    if (i == st.rooms.end()) {
+      chunk_settled(self, msg.batch, room, make_error(lserr::cancelled, "room gone"), 0);
+      continue;
+    }
+    auto& rs = i->second;
+    if (rs.per_layer) {
+      self->request(st.manager, st.cfg.timeouts.room, finish{room})
+        .then(
+          [self, batch = msg.batch, room](const finish_result& res) {
+            chunk_settled(self, batch, room, res.status, res.bytes);
+          },
+          [self, batch = msg.batch, room](caf::error& err) {
+            chunk_settled(self, batch, room,
+                          make_error(lserr::transfer_failed, "finish: " + describe(err)), 0);
+          });
+    } else {
+      auto [first, last] = chunks[k];
+      auto ps = st.cfg.model.page_size;
+      auto p0 = first / ps;
+      auto p1 = pages_for(last, ps);
+      std::vector<uint64_t> src(rs.src_pages.begin() + p0, rs.src_pages.begin() + p1);
+      std::vector<uint64_t> dst(rs.info.dst_pages.begin() + p0, rs.info.dst_pages.begin() + p1);
+      auto plan = make_transfer_plan(
+        src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
+      kv_pointers ptrs{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(),
+                       rs.info.dst_v_ptrs, rs.info.item_lens};
+      if (!plan)
+        chunk_settled(self, msg.batch, room, plan.error(), 0);
+      else
+        send_bulk(self, msg.batch, room, rs.peer, *plan, ptrs);
+    }
+  }
+  try_start_batch(self);
+}
+
+void try_start_batch(self_ptr self) {
+  auto& st = self->state;
+  if (st.forward_busy || st.queue.empty())
+    return;
+  const auto ps = st.cfg.model.page_size;
+  auto batch_id = st.next_batch++;
+  batch_state bs;
+  forward_batch fb;
+  fb.id = batch_id;
+  setup msg;
+  while (!st.queue.empty() && bs.rooms.size() < st.cfg.transfer.max_batch) {
+    auto room = st.queue.front();
+    st.queue.pop_front();
+    auto i = st.rooms.find(room);
+    if (i == st.rooms.end() || i->second.busy)
+      continue;
+    auto& rs = i->second;
+    const auto total = rs.info.prompt_tokens;
+    const auto chunk = st.cfg.transfer.chunk_tokens == 0 ? total : st.cfg.transfer.chunk_tokens;
+    const auto first = rs.next_token;
+    const auto last = std::min(total, first + chunk);
+    rs.next_token = last;
+    rs.busy = true;
+    bs.rooms.push_back(room);
+    bs.chunks.emplace_back(first, last);
+    // The forward writes only this rank's tokens of the chunk.
+    const auto own_first = std::max(first, rs.owned.begin * ps);
+    const auto own_last = std::min(last, rs.owned.end * ps);
+    if (own_first < own_last)
+      fb.items.push_back(forward_item{room, rs.src_pages, own_first, own_last, total});
+    if (rs.per_layer) {
+      const auto p0 = first / ps;
+      const auto p1 = pages_for(last, ps);
+      std::vector<uint64_t> src(rs.src_pages.begin() + p0, rs.src_pages.begin() + p1);
+      std::vector<uint64_t> dst(rs.info.dst_pages.begin() + p0, rs.info.dst_pages.begin() + p1);
+      auto plan = make_transfer_plan(
+        src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
+      if (!plan) {
+        // Cannot happen for a checked transfer_info; fail the room, not the batch.
+        bs.rooms.pop_back();
+        bs.chunks.pop_back();
+        if (!fb.items.empty() && fb.items.back().room == room)
+          fb.items.pop_back();
+        settle_room(self, room, plan.error());
+        continue;
+      }
+      msg.batch.push_back(request_transfer{
+        room, rs.peer, std::move(*plan),
+        kv_pointers{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(),
+                    rs.info.dst_v_ptrs, rs.info.item_lens}});
+    }
+  }
+  if (bs.rooms.empty())
+    return;
+  bs.unsettled = static_cast<uint32_t>(bs.rooms.size());
+  st.batches.emplace(batch_id, std::move(bs));
+  st.forward_busy = true;
+  // The forward starts only once the manager holds the contexts, so no
+  // layer_end can arrive before its contexts exist.
+  self->request(st.manager, st.cfg.timeouts.room, std::move(msg))
+    .then([self, fb = std::move(fb)](caf::ok_atom) mutable { self->state.forward->run(std::move(fb)); },
+          [self, batch_id](caf::error& err) {
+            auto& s = self->state;
+            s.forward_busy = false;
+            auto b = s.batches.find(batch_id);
+            if (b == s.batches.end())
+              return;
+            auto rooms = b->second.rooms;
+            s.batches.erase(b);
+            for (auto room : rooms)
+              settle_room(self, room, make_error(lserr::bad_input, "setup: " + describe(err)));
+            try_start_batch(self);
+          });
+}
+
+void on_transfer_info(self_ptr self, transfer_info& info,
+                      caf::typed_response_promise<kv_ready> rp) {
+  auto& st = self->state;
+  auto room = info.room;
+  auto refuse = [&](caf::error err) {
+    LS_WARN("rank {}: room {} refused: {}", st.cfg.cp_rank, room, describe(err));
+    ++st.stats.rooms_failed;
+    rp.deliver(kv_ready{room, st.cfg.cp_rank, std::move(err), 0});
+  };
+  if (st.rooms.count(room) > 0)
+    return refuse(make_error(lserr::duplicate_room, "room " + std::to_string(room) +
+                                                      " is already on this rank"));
+  if (auto err = check_info(st, info))
+    return refuse(std::move(err));
+  const auto total_pages = info.dst_pages.size();
+  auto owned = owned_positions(total_pages, st.cfg.cp_size, st.cfg.cp_rank);
+  if (!owned)
+    return refuse(owned.error());
+  auto pages = st.pages->allocate(owned->size());
+  if (!pages)
+    return refuse(make_error(lserr::bad_input, "prefill pool full: " + describe(pages.error())));
+  prefill_room rs;
+  rs.src_pages.assign(total_pages, 0);
+  for (uint64_t k = 0; k < owned->size(); ++k)
+    rs.src_pages[owned->begin + k] = (*pages)[k];
+  rs.owned_pages = std::move(*pages);
+  rs.owned = *owned;
+  rs.per_layer =
+    st.cfg.transfer.per_layer && info.prompt_tokens >= st.cfg.transfer.per_layer_min_tokens;
+  rs.promise = rp;
+  rs.info = std::move(info);
+  auto peer = rs.info.decode;
+  st.rooms.emplace(room, std::move(rs));
+  self->request(st.transport, st.cfg.timeouts.room, connect_peer{std::move(peer)})
+    .then(
+      [self, room](peer_id id) {
+        auto i = self->state.rooms.find(room);
+        if (i == self->state.rooms.end())
+          return;
+        i->second.peer = id;
+        self->state.queue.push_back(room);
+        try_start_batch(self);
+      },
+      [self, room](caf::error& err) {
+        settle_room(self, room,
+                    make_error(lserr::peer_lost, "connect to decode: " + describe(err)));
+      });
+}
+
+} // namespace
+
+scheduler_full_actor::behavior_type
+scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
+               kv_pool* pool, transport_actor transport, manager_actor manager) {
+  auto& init = self->state;
+  init.cfg = cfg;
+  init.pool = pool;
+  init.pages = std::make_unique<page_allocator>(pool->pages(), cfg.cp_rank + 1, 0.0);
+  init.transport = std::move(transport);
+  init.manager = manager;
+  // The forward thread reports back through a weak handle: it must not keep
+  // the scheduler alive.
+  caf::weak_actor_ptr weak_self{caf::actor_cast<caf::strong_actor_ptr>(self).get()};
+  init.forward = std::make_unique<cpu_forward>(
+    *pool, cfg.model.layer_compute, layer_notifier{manager, init.events},
+    [weak_self](uint64_t batch, forward_timing timing) {
+      if (auto strong = weak_self.lock())
+        caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong),
+                       batch_done{batch, steady_ns(timing.start), steady_ns(timing.end)});
+    });
+  return {
+    [self](transfer_info& info) -> caf::result<kv_ready> {
+      auto rp = self->make_response_promise<kv_ready>();
+      on_transfer_info(self, info, rp);
+      return rp;
+    },
+    [self](const batch_done& msg) { on_batch_done(self, msg); },
+    [self](const stats_query&) { return self->state.stats; },
+  };
+}
+
+} // namespace layerstream

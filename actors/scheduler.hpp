@@ -1,0 +1,158 @@
+// scheduler: one per prefill rank. Takes requests (transfer_info from decode),
+// forms forward batches, and moves their KV to decode.
+//
+// Protocol (scheduler_actor, published on the control plane, plus locals):
+//   transfer_info -> kv_ready   from decode: queue the request; answered when
+//                               this rank's writes for every chunk of the room
+//                               are delivery-complete, or failed (with reason)
+//   batch_done                  from the forward thread: the batch's forward ended
+//   stats_query -> scheduler_stats
+//
+// Per batch: setup (manager) -> forward (cpu_forward thread; the notifier
+// sends layer_end after each layer) -> batch_done -> finish for each
+// per-layer room (manager), or the bulk send of all layers for the others
+// (the classic transfer after the forward) -> kv_ready after the last chunk.
+// A room uses exactly one path, so no layer is ever sent twice. The next
+// batch's forward starts as soon as the previous forward ended; its transfers
+// overlap. The scheduler owns its src page allocator; pages return when the
+// room settles.
+#pragma once
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "actors/manager.hpp"
+#include "actors/notifier.hpp"
+#include "actors/scheduler_protocol.hpp"
+#include "config/config.hpp"
+#include "device/host_event.hpp"
+#include "model/cpu_forward.hpp"
+#include "model/kv_pool.hpp"
+#include "transport/transport_protocol.hpp"
+
+namespace layerstream {
+
+/// forward thread -> scheduler: a batch's forward ended (steady-clock ns).
+struct batch_done {
+  uint64_t batch = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  friend bool operator==(const batch_done& a, const batch_done& b) {
+    return a.batch == b.batch && a.start_ns == b.start_ns && a.end_ns == b.end_ns;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_done& x) {
+  return f(caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns);
+}
+
+struct stats_query {
+  friend bool operator==(const stats_query&, const stats_query&) { return true; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stats_query&) {
+  return f(caf::meta::type_name("stats_query"));
+}
+
+/// What one rank did so far.
+struct scheduler_stats {
+  uint64_t rooms_complete = 0;
+  uint64_t rooms_failed = 0;
+  uint64_t bytes = 0;
+  /// Per batch: forward time and exposed tail (forward end to the last byte
+  /// of the batch delivery-complete), ns.
+  std::vector<int64_t> forward_ns;
+  std::vector<int64_t> tail_ns;
+  friend bool operator==(const scheduler_stats& a, const scheduler_stats& b) {
+    return a.rooms_complete == b.rooms_complete && a.rooms_failed == b.rooms_failed &&
+           a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
+  return f(caf::meta::type_name("scheduler_stats"), x.rooms_complete, x.rooms_failed, x.bytes,
+           x.forward_ns, x.tail_ns);
+}
+
+using scheduler_full_actor = scheduler_actor::extend<
+  caf::reacts_to<batch_done>, caf::replies_to<stats_query>::with<scheduler_stats>>;
+
+struct scheduler_config {
+  model_config model;
+  transfer_config transfer;
+  timeouts_config timeouts;
+  uint32_t cp_rank = 0;
+  uint32_t cp_size = 1;
+  uint64_t pool_pages = 0;
+};
+
+/// One request on this rank.
+struct prefill_room {
+  transfer_info info;
+  caf::typed_response_promise<kv_ready> promise;
+  /// Request pages on this rank: owned positions hold real pages, others 0 (unused).
+  std::vector<uint64_t> src_pages;
+  std::vector<uint64_t> owned_pages;
+  position_range owned;
+  peer_id peer = 0;
+  bool per_layer = true;
+  uint64_t next_token = 0;
+  uint64_t bytes = 0;
+  /// Set while a chunk is in a batch (forward or transfer).
+  bool busy = false;
+};
+
+/// One batch from setup to its last transfer.
+struct batch_state {
+  std::vector<room_id> rooms;
+  /// Chunk token ranges of each room, in `rooms` order.
+  std::vector<std::pair<uint64_t, uint64_t>> chunks;
+  uint32_t unsettled = 0;
+  int64_t forward_end_ns = 0;
+  int64_t last_complete_ns = 0;
+};
+
+struct scheduler_state {
+  static inline const char* name = "layerstream.scheduler";
+
+  scheduler_config cfg;
+  kv_pool* pool = nullptr;
+  std::unique_ptr<page_allocator> pages;
+  transport_actor transport;
+  manager_actor manager;
+  completed_event_source events;
+  /// The forward thread; declared last so it stops first.
+  std::unique_ptr<cpu_forward> forward;
+  std::map<room_id, prefill_room> rooms;
+  std::deque<room_id> queue;
+  std::map<uint64_t, batch_state> batches;
+  uint64_t next_batch = 1;
+  bool forward_busy = false;
+  scheduler_stats stats;
+};
+
+/// Starts the rank's forward thread (which writes into `pool` and notifies
+/// `manager` after each layer). The scheduler does not own `pool`; the
+/// caller keeps it alive until the scheduler is gone.
+scheduler_full_actor::behavior_type
+scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
+               kv_pool* pool, transport_actor transport, manager_actor manager);
+
+/// Registers batch_done, stats_query and scheduler_stats.
+void add_scheduler_message_types(caf::actor_system_config& cfg);
+
+/// Nanoseconds of the steady clock (for timestamps in messages).
+int64_t steady_ns();
+int64_t steady_ns(std::chrono::steady_clock::time_point t);
+
+} // namespace layerstream

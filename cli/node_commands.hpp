@@ -1,0 +1,38 @@
+// `layerstream demo`, `prefill` and `decode`: the process-level jobs.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "config/config.hpp"
+
+namespace layerstream::cli {
+
+/// Flags of `layerstream demo`; each set one overrides the config.
+struct demo_options {
+  std::string config_path; // empty: the embedded default (config/demo.toml)
+  std::optional<uint32_t> layers;
+  std::optional<uint32_t> cp;
+  std::optional<uint32_t> rooms;
+  bool mla = false;
+  std::optional<uint64_t> chunk_tokens;
+  bool bulk = false;
+  std::optional<std::string> provider;
+  std::optional<std::string> log_level;
+  std::string json_path;
+  std::string trace_path;
+};
+
+/// Prefill and decode in one process on loopback. Exit 0 only if every room
+/// completed bit-exactly; 1 otherwise; 2 for a bad config.
+int run_demo(const demo_options& opts);
+
+/// One prefill rank: publishes its scheduler and serves until SIGINT/SIGTERM.
+int run_prefill(const std::string& config_path, std::optional<std::string> log_level);
+
+/// One decode node: connects to every prefill rank, runs the workload,
+/// prints the report. Exit 0 only if every room completed bit-exactly.
+int run_decode(const std::string& config_path, std::optional<std::string> log_level,
+               const std::string& json_path);
+
+} // namespace layerstream::cli

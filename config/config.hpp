@@ -1,0 +1,120 @@
+// The deployment config: the single source of every option.
+//
+// One struct per TOML table; the loader (config/loader.hpp) fills it from a
+// file (or the embedded demo default) and the CLI flags override single
+// fields afterwards. Every field has its default here and its meaning in a
+// comment; config/README.md lists them as TOML keys.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace layerstream {
+
+/// [model]: the simulated model's KV geometry.
+struct model_config {
+  uint32_t layers = 32;
+  uint32_t kv_heads = 8;
+  uint32_t head_dim = 128;
+  uint32_t dtype_bytes = 2;
+  /// Tokens per KV page.
+  uint32_t page_size = 16;
+  /// MLA: one fused KV buffer per layer (kv_heads must be 1).
+  bool mla = false;
+  /// Simulated compute time of one layer on the forward thread (busy).
+  std::chrono::microseconds layer_compute{1000};
+
+  /// Bytes of one page of one layer's K (or V, or fused MLA) buffer.
+  uint64_t item_len() const {
+    return uint64_t{page_size} * kv_heads * head_dim * dtype_bytes;
+  }
+};
+
+/// [transfer]: how KV moves.
+struct transfer_config {
+  /// false: the classic bulk transfer after the forward for every request.
+  bool per_layer = true;
+  /// Requests shorter than this many tokens use the bulk path.
+  uint64_t per_layer_min_tokens = 0;
+  /// Chunked prefill: tokens per forward chunk (0 = no chunking); a multiple
+  /// of model.page_size.
+  uint64_t chunk_tokens = 0;
+  /// Most requests (chunks) in one forward batch.
+  uint32_t max_batch = 16;
+};
+
+/// [fabric]: the data plane.
+struct fabric_section {
+  /// "tcp;ofi_rxm", "net", "shm", "sockets", "verbs;ofi_rxm", "efa"; "" = fastest offered.
+  std::string provider;
+  /// Address the fabric endpoint binds to (IP providers).
+  std::string bind_address = "127.0.0.1";
+};
+
+/// [timeouts]
+struct timeouts_config {
+  /// One submit (a layer of a room) from post to delivery-complete.
+  std::chrono::milliseconds submit{10'000};
+  /// A room from transfer_info to kv_ready, on both sides.
+  std::chrono::milliseconds room{60'000};
+  /// caf-io heartbeat interval and the connection timeout (both sides).
+  std::chrono::milliseconds heartbeat{500};
+  std::chrono::milliseconds connection{3'000};
+};
+
+/// [prefill]: one rank of the prefill cluster.
+struct prefill_config {
+  /// Control-plane address and port this rank publishes its scheduler on.
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  uint32_t cp_rank = 0;
+  /// KV pool pages of this rank.
+  uint64_t pool_pages = 4096;
+};
+
+/// [decode]
+struct decode_config {
+  uint64_t pool_pages = 4096;
+  /// The prefill ranks' control-plane endpoints, in cp_rank order ("host:port").
+  std::vector<std::string> prefill;
+};
+
+/// [workload]: the rooms the decode side asks for (decode and demo).
+struct workload_config {
+  uint32_t rooms = 8;
+  uint64_t min_tokens = 64;
+  uint64_t max_tokens = 1024;
+  /// Seed of prompt lengths and page layouts.
+  uint64_t seed = 1;
+  /// Fraction (0..1) of decode pages allocated out of order, to exercise the
+  /// run grouping (0 = every room gets one contiguous range when it can).
+  double fragmentation = 0.3;
+};
+
+/// [cluster]
+struct cluster_config {
+  /// Number of prefill ranks writing each room (context parallelism).
+  uint32_t cp_size = 1;
+};
+
+/// [log]
+struct log_config {
+  /// trace, debug, info, warn, error, off
+  std::string level = "info";
+};
+
+struct deployment_config {
+  model_config model;
+  transfer_config transfer;
+  fabric_section fabric;
+  timeouts_config timeouts;
+  prefill_config prefill;
+  decode_config decode;
+  workload_config workload;
+  cluster_config cluster;
+  log_config log;
+};
+
+} // namespace layerstream

@@ -1,0 +1,76 @@
+#include "model/cpu_forward.hpp"
+
+namespace layerstream {
+
+void spin_for(std::chrono::microseconds d) {
+  auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+    // busy
+  }
+}
+
+cpu_forward::cpu_forward(kv_pool& pool, std::chrono::microseconds layer_compute,
+                         notify_fn notify, done_fn done)
+  : pool_(pool),
+    layer_compute_(layer_compute),
+    notify_(std::move(notify)),
+    done_(std::move(done)),
+    thread_([this] { loop(); }) {
+  // nop
+}
+
+cpu_forward::~cpu_forward() {
+  stop();
+}
+
+void cpu_forward::run(forward_batch batch) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    queue_.push_back(std::move(batch));
+  }
+  cv_.notify_one();
+}
+
+void cpu_forward::stop() {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    stopping_ = true;
+    queue_.clear();
+  }
+  cv_.notify_one();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+void cpu_forward::loop() {
+  for (;;) {
+    forward_batch batch;
+    {
+      std::unique_lock<std::mutex> guard{mtx_};
+      cv_.wait(guard, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_)
+        return;
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    execute(batch);
+  }
+}
+
+void cpu_forward::execute(const forward_batch& batch) {
+  forward_timing timing;
+  timing.start = std::chrono::steady_clock::now();
+  timing.layer_written.reserve(pool_.layers());
+  for (uint32_t layer = 0; layer < pool_.layers(); ++layer) {
+    spin_for(layer_compute_);
+    for (auto& item : batch.items)
+      pool_.write_layer(item.room, layer, item.pages, item.first_token, item.last_token,
+                        item.prompt_tokens);
+    timing.layer_written.push_back(std::chrono::steady_clock::now());
+    notify_(layer);
+  }
+  timing.end = std::chrono::steady_clock::now();
+  done_(batch.id, std::move(timing));
+}
+
+} // namespace layerstream

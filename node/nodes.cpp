@@ -1,0 +1,140 @@
+#include "node/nodes.hpp"
+
+#include <random>
+
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include "common/log.hpp"
+
+namespace layerstream {
+
+void add_all_message_types(caf::actor_system_config& cfg) {
+  add_message_types(cfg);
+  add_scheduler_message_types(cfg);
+  receiver_message_types(cfg);
+}
+
+caf::expected<std::unique_ptr<prefill_node>>
+prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank) {
+  auto node = std::make_unique<prefill_node>();
+  node->cp_rank = cp_rank;
+  auto pool = kv_pool::create(cfg.model, cfg.prefill.pool_pages);
+  if (!pool)
+    return pool.error();
+  node->pool = std::move(*pool);
+  transport_config tcfg;
+  tcfg.fabric.provider = cfg.fabric.provider;
+  tcfg.fabric.bind_address = cfg.fabric.bind_address;
+  tcfg.regions.push_back({node->pool->base(), node->pool->bytes()});
+  tcfg.write_timeout = cfg.timeouts.submit;
+  auto transport = spawn_transport(sys, std::move(tcfg));
+  if (!transport)
+    return transport.error();
+  node->transport = *transport;
+  manager_config mcfg;
+  mcfg.context.submit_timeout = cfg.timeouts.submit;
+  mcfg.context.finish_timeout = cfg.timeouts.room;
+  mcfg.finish_request_timeout = cfg.timeouts.room + cfg.timeouts.submit;
+  node->manager = sys.spawn(manager_impl, submit_sink{node->transport}, mcfg);
+  scheduler_config scfg;
+  scfg.model = cfg.model;
+  scfg.transfer = cfg.transfer;
+  scfg.timeouts = cfg.timeouts;
+  scfg.cp_rank = cp_rank;
+  scfg.cp_size = cfg.cluster.cp_size;
+  scfg.pool_pages = cfg.prefill.pool_pages;
+  node->scheduler =
+    sys.spawn(scheduler_impl, scfg, node->pool.get(), node->transport, node->manager);
+  LS_INFO("prefill rank {}/{}: pool {} pages x {} B, provider '{}'", cp_rank,
+          cfg.cluster.cp_size, cfg.prefill.pool_pages, node->pool->item_len(),
+          cfg.fabric.provider);
+  return node;
+}
+
+void prefill_node::stop() {
+  caf::anon_send_exit(scheduler, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(transport, caf::exit_reason::user_shutdown);
+}
+
+caf::expected<std::unique_ptr<decode_node>>
+decode_node::start(caf::actor_system& sys, const deployment_config& cfg,
+                   std::vector<scheduler_actor> prefill) {
+  auto node = std::make_unique<decode_node>();
+  auto pool = kv_pool::create(cfg.model, cfg.decode.pool_pages);
+  if (!pool)
+    return pool.error();
+  node->pool = std::move(*pool);
+  fabric_target::config tcfg;
+  tcfg.fabric.provider = cfg.fabric.provider;
+  tcfg.fabric.bind_address = cfg.fabric.bind_address;
+  tcfg.regions.push_back({node->pool->base(), node->pool->bytes()});
+  auto target = fabric_target::open(tcfg);
+  if (!target)
+    return target.error();
+  node->target = std::move(*target);
+  decode_pool dp{node->pool.get(), node->target->peer()};
+  page_allocator pages{node->pool->pages(), cfg.workload.seed, cfg.workload.fragmentation};
+  node->receiver = sys.spawn(receiver_impl, dp, std::move(pages), std::move(prefill),
+                             make_receiver_config(cfg));
+  return node;
+}
+
+void decode_node::stop() {
+  caf::anon_send_exit(receiver, caf::exit_reason::user_shutdown);
+}
+
+workload_report run_workload(caf::actor_system& sys, const receiver_actor& receiver,
+                             const deployment_config& cfg) {
+  workload_report rep;
+  const auto& w = cfg.workload;
+  std::mt19937_64 rng{w.seed};
+  std::uniform_int_distribution<uint64_t> tokens{w.min_tokens, w.max_tokens};
+  const uint64_t buffers = cfg.model.mla ? 1 : 2;
+  caf::scoped_actor self{sys};
+  auto t0 = std::chrono::steady_clock::now();
+  const auto timeout = cfg.timeouts.room + std::chrono::seconds(5);
+  for (uint32_t r = 0; r < w.rooms; ++r) {
+    auto n = tokens(rng);
+    auto pages = (n + cfg.model.page_size - 1) / cfg.model.page_size;
+    rep.bytes_expected += pages * cfg.model.item_len() * buffers * cfg.model.layers;
+    self->send(receiver, open_room{r + 1, n});
+  }
+  rep.rooms = w.rooms;
+  bool all_exact = true;
+  for (uint32_t i = 0; i < w.rooms; ++i) {
+    bool timed_out = false;
+    self->receive(
+      [&](room_result& res) {
+        rep.bytes_written += res.bytes;
+        if (res.status) {
+          ++rep.failed;
+          if (rep.failures.size() < 5)
+            rep.failures.push_back("room " + std::to_string(res.room) + ": " +
+                                   describe(res.status));
+        } else {
+          ++rep.complete;
+          all_exact = all_exact && res.bit_exact;
+        }
+        caf::anon_send(receiver, close_room{res.room});
+      },
+      [&](caf::error& err) {
+        ++rep.failed;
+        if (rep.failures.size() < 5)
+          rep.failures.push_back(describe(err));
+      },
+      caf::after(timeout) >> [&] { timed_out = true; });
+    if (timed_out) {
+      rep.failed += w.rooms - i;
+      rep.failures.push_back("no answer within " + std::to_string(timeout.count()) + " ms");
+      break;
+    }
+  }
+  rep.bit_exact = all_exact && rep.complete > 0;
+  rep.wall_ms =
+    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+} // namespace layerstream

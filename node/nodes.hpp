@@ -1,0 +1,75 @@
+// Assembling a process's actors from the deployment config.
+//
+// prefill_node: one prefill rank = its KV pool, libfabric transport actor,
+// manager and scheduler (the forward thread lives in the scheduler).
+// decode_node: one decode rank = its KV pool, the registered fabric target
+// (kept progressing) and the receiver.
+// The demo builds cp_size prefill nodes and a decode node in one process;
+// `layerstream prefill` / `decode` build one each and talk over caf-io.
+//
+// Lifecycle: start() opens everything or nothing; stop() sends every actor
+// an exit; the pools must outlive the actor system's shutdown (declare the
+// nodes before the actor_system, or call stop() and let the system wait).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "actors/receiver.hpp"
+#include "actors/scheduler.hpp"
+#include "config/config.hpp"
+#include "model/kv_pool.hpp"
+#include "transport/transport_actor.hpp"
+
+namespace layerstream {
+
+/// Registers every message type a layerstream process uses.
+void add_all_message_types(caf::actor_system_config& cfg);
+
+struct prefill_node {
+  uint32_t cp_rank = 0;
+  std::unique_ptr<kv_pool> pool;
+  transport_actor transport;
+  manager_actor manager;
+  scheduler_full_actor scheduler;
+
+  static caf::expected<std::unique_ptr<prefill_node>>
+  start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank);
+  void stop();
+};
+
+struct decode_node {
+  std::unique_ptr<kv_pool> pool;
+  std::unique_ptr<fabric_target> target;
+  receiver_actor receiver;
+
+  static caf::expected<std::unique_ptr<decode_node>>
+  start(caf::actor_system& sys, const deployment_config& cfg,
+        std::vector<scheduler_actor> prefill);
+  void stop();
+};
+
+/// What a workload run produced (decode side).
+struct workload_report {
+  uint32_t rooms = 0;
+  uint32_t complete = 0;
+  uint32_t failed = 0;
+  /// Every complete room's bytes matched kv_pattern (and there was at least one).
+  bool bit_exact = false;
+  uint64_t bytes_expected = 0;
+  uint64_t bytes_written = 0;
+  double wall_ms = 0;
+  /// The first few failure reasons, for the report.
+  std::vector<std::string> failures;
+};
+
+/// Opens `cfg.workload.rooms` rooms (random prompt lengths from the seed) on
+/// `receiver`, all at once, and waits for every result (bounded by the room
+/// timeout plus a margin). Rooms are closed after their result.
+workload_report run_workload(caf::actor_system& sys, const receiver_actor& receiver,
+                             const deployment_config& cfg);
+
+} // namespace layerstream

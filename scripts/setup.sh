@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: installs what is missing (Debian
+# packages, as root), configures and builds, then runs the job asked for.
+#
+#   scripts/setup.sh demo [ARGS...]   build, then `layerstream demo ARGS...`
+#   scripts/setup.sh test [--quick]   build and run every test (ctest): the
+#                                     plain build, then ASan+UBSan and TSan
+#                                     builds (--quick: the plain build only)
+#   scripts/setup.sh build [plain|asan|tsan]
+#   scripts/setup.sh deps             install missing packages only
+#
+# Build folders: build/ (plain), build-asan/, build-tsan/. Exit code: the
+# job's own (ctest's for test).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+jobs=${LAYERSTREAM_JOBS:-$(nproc)}
+
+packages=(cmake g++ make pkg-config python3 libcaf-dev libfabric-dev libfabric-bin
+  libspdlog-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libgtest-dev
+  libbenchmark-dev iproute2)
+
+log() { echo "setup: $*" >&2; }
+
+install_deps() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build() { # plain | asan | tsan
+  local kind=${1:-plain} dir args=()
+  case "$kind" in
+    plain) dir=$root/build ;;
+    asan) dir=$root/build-asan; args+=(-DLAYERSTREAM_SANITIZE=address) ;;
+    tsan)
+      dir=$root/build-tsan
+      local caf
+      caf=$("$root/scripts/build_caf_tsan.sh")
+      args+=(-DLAYERSTREAM_SANITIZE=thread "-DLAYERSTREAM_CAF_ROOT=$caf") ;;
+    *) log "unknown build kind '$kind' (plain, asan, tsan)"; exit 2 ;;
+  esac
+  log "building $kind in $dir"
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${args[@]}" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+}
+
+run_ctest() { # dir label
+  log "running the $2 tests"
+  (cd "$1" && ctest --output-on-failure --timeout 300 -j"$jobs")
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  deps) install_deps ;;
+  build) install_deps; build "${1:-plain}" ;;
+  demo)
+    install_deps
+    build plain >/dev/null
+    exec "$root/build/layerstream" demo "$@" ;;
+  test)
+    quick=0
+    [ "${1:-}" = "--quick" ] && quick=1
+    install_deps
+    status=0
+    build plain && run_ctest "$root/build" plain || status=1
+    if [ $quick -eq 0 ]; then
+      build asan && run_ctest "$root/build-asan" "ASan+UBSan" || status=1
+      build tsan && run_ctest "$root/build-tsan" TSan || status=1
+    fi
+    [ $status -eq 0 ] && log "all test runs passed" || log "some test runs FAILED"
+    exit $status ;;
+  *)
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 2 ;;
+esac

@@ -1,0 +1,419 @@
+// Scripted message sequences of the decode receiver against fake prefill ranks.
+#define CAF_SUITE receiver
+#include "fixture.hpp"
+
+#include <string>
+
+#include "actors/receiver.hpp"
+
+using namespace layerstream;
+using namespace layerstream::testing;
+
+namespace {
+
+/// How a fake prefill rank answers transfer_info.
+enum class answer {
+  ok,   // write the rank's slice (if `write`), then kv_ready{ok}
+  fail, // kv_ready with a scripted failure
+  hold, // nothing until the test sends {release_atom, room}; then as `ok`
+};
+
+/// What the fake prefill ranks do and what they saw (test thread only).
+struct prefill_script {
+  kv_pool* pool = nullptr;
+  std::vector<answer> mode;
+  /// Per rank: write the slice into the pool before answering ok.
+  std::vector<bool> write;
+  /// (cp_rank, transfer_info) in arrival order.
+  std::vector<std::pair<uint32_t, transfer_info>> received;
+  std::map<std::pair<room_id, uint32_t>,
+           std::pair<caf::typed_response_promise<kv_ready>, transfer_info>>
+      held;
+};
+
+/// The rank's contiguous slice of the room's pages (the first total % cp
+/// ranks get one extra page), written the way the prefill side's RDMA would.
+kv_ready write_slice(prefill_script& script, uint32_t rank, const transfer_info& info) {
+  auto& pool = *script.pool;
+  uint64_t n = info.dst_pages.size();
+  uint64_t base = n / info.cp_size, extra = n % info.cp_size;
+  uint64_t start = rank * base + std::min<uint64_t>(rank, extra);
+  uint64_t count = base + (rank < extra ? 1 : 0);
+  uint64_t first = start * pool.page_size();
+  uint64_t last = std::min(info.prompt_tokens, (start + count) * pool.page_size());
+  if (count > 0 && script.write[rank])
+    for (uint32_t l = 0; l < pool.layers(); ++l)
+      pool.write_layer(info.room, l, info.dst_pages, first, last, info.prompt_tokens);
+  return kv_ready{info.room, rank, {}, count * pool.item_len() * pool.layers() * pool.buffers()};
+}
+
+kv_ready answer_for(prefill_script& script, uint32_t rank, const transfer_info& info) {
+  if (script.mode[rank] == answer::fail)
+    return kv_ready{info.room, rank, make_error(lserr::transfer_failed, "scripted failure"), 0};
+  return write_slice(script, rank, info);
+}
+
+using fake_prefill_actor = scheduler_actor::extend<caf::reacts_to<release_atom, room_id>>;
+
+fake_prefill_actor::behavior_type fake_prefill(fake_prefill_actor::pointer self,
+                                               std::shared_ptr<prefill_script> script,
+                                               uint32_t rank) {
+  return {
+      [=](const transfer_info& info) -> caf::result<kv_ready> {
+        script->received.emplace_back(rank, info);
+        if (script->mode[rank] != answer::hold)
+          return answer_for(*script, rank, info);
+        auto rp = self->make_response_promise<kv_ready>();
+        script->held.emplace(std::make_pair(info.room, rank), std::make_pair(rp, info));
+        return rp;
+      },
+      [=](release_atom, room_id room) {
+        auto i = script->held.find({room, rank});
+        if (i == script->held.end())
+          return;
+        auto rp = i->second.first;
+        rp.deliver(write_slice(*script, rank, i->second.second));
+        script->held.erase(i);
+      },
+  };
+}
+
+/// The "room ready to decode" subscriber: keeps every room_result.
+caf::behavior collector(caf::event_based_actor*,
+                        std::shared_ptr<std::vector<room_result>> results) {
+  return {[=](const room_result& res) { results->push_back(res); }};
+}
+
+struct receiver_test_config : test_config {
+  receiver_test_config() { receiver_message_types(*this); }
+};
+
+bool mentions(const caf::error& err, const std::string& text) {
+  return describe(err).find(text) != std::string::npos;
+}
+
+struct receiver_fixture : test_coordinator_fixture<receiver_test_config> {
+  static constexpr uint64_t pool_pages = 16;
+
+  std::unique_ptr<kv_pool> pool;
+  fabric_peer peer;
+  std::shared_ptr<prefill_script> script = std::make_shared<prefill_script>();
+  std::shared_ptr<std::vector<room_result>> results = std::make_shared<std::vector<room_result>>();
+  std::vector<fake_prefill_actor> ranks;
+  caf::actor subscriber;
+  receiver_config cfg;
+  receiver_actor rx;
+
+  receiver_fixture() {
+    // 2 layers, K and V, rows of 16 bytes, 4 tokens (64 bytes) per page.
+    model_config m;
+    m.layers = 2;
+    m.kv_heads = 2;
+    m.head_dim = 4;
+    m.dtype_bytes = 2;
+    m.page_size = 4;
+    pool = std::move(*kv_pool::create(m, pool_pages));
+    script->pool = pool.get();
+    peer.provider = "test";
+    peer.address = {1, 2, 3};
+    peer.regions.push_back({reinterpret_cast<uint64_t>(pool->base()), pool->bytes(), 0x42});
+    cfg.room_timeout = std::chrono::seconds(5);
+  }
+
+  ~receiver_fixture() override {
+    // Held promises reference the fake ranks: drop them, then stop everyone.
+    script->held.clear();
+    for (auto& r : ranks)
+      anon_send_exit(r, caf::exit_reason::user_shutdown);
+    if (rx)
+      anon_send_exit(rx, caf::exit_reason::user_shutdown);
+    if (subscriber)
+      anon_send_exit(subscriber, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  /// Spawns `modes.size()` fake prefill ranks (all writing) and the receiver.
+  void spawn(std::vector<answer> modes) {
+    script->mode = modes;
+    script->write.assign(modes.size(), true);
+    std::vector<scheduler_actor> handles;
+    for (uint32_t r = 0; r < modes.size(); ++r) {
+      ranks.push_back(sys.spawn(fake_prefill, script, r));
+      handles.push_back(caf::actor_cast<scheduler_actor>(ranks.back()));
+    }
+    subscriber = sys.spawn(collector, results);
+    cfg.subscriber = subscriber;
+    rx = sys.spawn(receiver_impl, decode_pool{pool.get(), peer}, page_allocator{pool_pages, 1, 0.0},
+                   handles, cfg);
+    sched.run();
+  }
+
+  /// Sends open_room and lets every actor run (no timeouts fire).
+  auto open(room_id room, uint64_t tokens) {
+    auto hdl = self->request(rx, caf::infinite, open_room{room, tokens});
+    expect((open_room), from(self).to(rx).with(open_room{room, tokens}));
+    sched.run();
+    return hdl;
+  }
+
+  /// The reply to an open_room; it must be in self's mailbox already.
+  template <class Handle>
+  room_result reply_of(Handle& hdl) {
+    room_result out;
+    hdl.receive([&](room_result& res) { out = std::move(res); },
+                [&](caf::error& err) { CAF_FAIL("open_room failed: " << describe(err)); });
+    return out;
+  }
+
+  room_status status(room_id room) {
+    auto hdl = self->request(rx, caf::infinite, room_status_query{room});
+    sched.run();
+    room_status out;
+    hdl.receive([&](room_status& st) { out = std::move(st); },
+                [&](caf::error& err) { CAF_FAIL("status query failed: " << describe(err)); });
+    return out;
+  }
+
+  std::string state_of(room_id room) { return to_string(status(room).state); }
+
+  /// The error a status query for a room the receiver does not know gets.
+  caf::error status_error(room_id room) {
+    auto hdl = self->request(rx, caf::infinite, room_status_query{room});
+    sched.run();
+    caf::error out;
+    hdl.receive([&](room_status&) { CAF_FAIL("room " << room << " is still known"); },
+                [&](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+
+  caf::error close(room_id room) {
+    auto hdl = self->request(rx, caf::infinite, close_room{room});
+    sched.run();
+    caf::error out;
+    hdl.receive([](caf::ok_atom) {}, [&](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+
+  void release(uint32_t rank, room_id room) {
+    self->send(ranks[rank], release_atom::value, room);
+    sched.run();
+  }
+
+  uint64_t free_pages() {
+    return deref<receiver_actor::stateful_base<receiver_state>>(rx).state.pages->free_pages();
+  }
+
+  /// Bytes a room of `pages` pages moves in this pool (every layer, K and V).
+  uint64_t room_bytes(uint64_t pages) const {
+    return pages * pool->item_len() * pool->layers() * pool->buffers();
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(receiver_tests, receiver_fixture)
+
+CAF_TEST(a room is complete only after every cp rank answered) {
+  spawn({answer::hold, answer::hold});
+  auto hdl = open(7, 10);
+  CAF_CHECK_EQUAL(state_of(7), "waiting");
+  release(0, 7);
+  CAF_CHECK_EQUAL(state_of(7), "transferring");
+  CAF_CHECK(results->empty());
+  release(1, 7);
+  CAF_CHECK_EQUAL(state_of(7), "complete");
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  auto& res = results->front();
+  CAF_CHECK_EQUAL(res.room, 7u);
+  CAF_CHECK(!res.status);
+  CAF_CHECK(res.bit_exact);
+  CAF_CHECK_EQUAL(res.bytes, room_bytes(3));
+  CAF_CHECK(res.finished_ns >= res.started_ns);
+  // The opener gets the same answer as the subscriber.
+  CAF_CHECK_EQUAL(reply_of(hdl), res);
+  CAF_CHECK_EQUAL(status(7).reason, "");
+}
+
+CAF_TEST(transfer_info carries the pool pages pointers and item_lens) {
+  spawn({answer::ok, answer::ok});
+  self->request(rx, caf::infinite, open_room{3, 10});
+  expect((open_room), from(self).to(rx));
+  transfer_info want;
+  want.room = 3;
+  want.prompt_tokens = 10;
+  want.decode = peer;
+  want.dst_pages = {0, 1, 2}; // ceil(10 / 4) pages, contiguous with no fragmentation
+  want.dst_k_ptrs = pool->k_ptrs();
+  want.dst_v_ptrs = pool->v_ptrs();
+  want.item_lens = {64, 64, 64, 64};
+  want.cp_size = 2;
+  expect((transfer_info), from(rx).to(ranks[0]).with(want));
+  expect((transfer_info), from(rx).to(ranks[1]).with(want));
+  sched.run();
+  CAF_REQUIRE_EQUAL(script->received.size(), 2u);
+  auto& got = script->received[0].second;
+  CAF_CHECK_EQUAL(got.dst_k_ptrs.size(), 2u);
+  CAF_CHECK_EQUAL(got.dst_v_ptrs.size(), 2u);
+  CAF_CHECK_EQUAL(got.dst_k_ptrs[0], reinterpret_cast<uint64_t>(pool->base()));
+  CAF_CHECK_EQUAL(got.dst_v_ptrs[1], reinterpret_cast<uint64_t>(pool->page_ptr(1, 1, 0)));
+  CAF_CHECK_EQUAL(got.decode, peer);
+  // Page counts round up: 4 tokens take one page, 5 take two.
+  open(4, 4);
+  open(5, 5);
+  CAF_REQUIRE_EQUAL(script->received.size(), 6u);
+  CAF_CHECK_EQUAL(script->received[2].second.dst_pages, std::vector<uint64_t>({3}));
+  CAF_CHECK_EQUAL(script->received[4].second.dst_pages, std::vector<uint64_t>({4, 5}));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 6);
+  CAF_CHECK_EQUAL(results->size(), 3u);
+}
+
+CAF_TEST(a failing rank fails the room with its reason) {
+  spawn({answer::hold, answer::fail});
+  auto hdl = open(11, 10);
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  auto res = results->front();
+  CAF_CHECK(is(res.status, lserr::transfer_failed));
+  CAF_CHECK(mentions(res.status, "prefill rank 1: scripted failure"));
+  CAF_CHECK(!res.bit_exact);
+  CAF_CHECK_EQUAL(reply_of(hdl), res);
+  auto st = status(11);
+  CAF_CHECK_EQUAL(to_string(st.state), "failed");
+  CAF_CHECK_EQUAL(st.reason, describe(res.status));
+  // Rank 0 may still be writing: the pages stay taken until it answers.
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  release(0, 11);
+  CAF_CHECK_EQUAL(free_pages(), pool_pages);
+  // Its late success does not revive the room, nor notify again.
+  CAF_CHECK_EQUAL(state_of(11), "failed");
+  CAF_CHECK_EQUAL(results->size(), 1u);
+  CAF_CHECK(!close(11));
+  CAF_CHECK(is(close(11), lserr::unknown_room));
+}
+
+CAF_TEST(a rank that never answers fails the room at the room timeout) {
+  spawn({answer::ok, answer::hold});
+  open(21, 9);
+  CAF_CHECK_EQUAL(state_of(21), "transferring");
+  advance_time(cfg.room_timeout / 2);
+  sched.run();
+  CAF_CHECK_EQUAL(state_of(21), "transferring");
+  CAF_CHECK(results->empty());
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  advance_time(cfg.room_timeout / 2);
+  sched.run();
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  auto& res = results->front();
+  CAF_CHECK(is(res.status, lserr::timeout));
+  CAF_CHECK(mentions(res.status, "prefill rank 1 did not answer room 21"));
+  CAF_CHECK_EQUAL(res.bytes, room_bytes(2)); // rank 0's two pages
+  CAF_CHECK_EQUAL(std::chrono::nanoseconds(res.finished_ns - res.started_ns), cfg.room_timeout);
+  CAF_CHECK_EQUAL(state_of(21), "failed");
+  // The timed-out request settled the room: its pages are free again.
+  CAF_CHECK_EQUAL(free_pages(), pool_pages);
+}
+
+CAF_TEST(a prefill rank going down fails the rooms waiting on it) {
+  spawn({answer::hold, answer::hold});
+  open(1, 8);    // pages 0-1
+  open(2, 12);   // pages 2-4
+  release(1, 2); // rank 1 is done with room 2 before it goes down
+  self->send_exit(ranks[1], caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  auto& res = results->front();
+  CAF_CHECK_EQUAL(res.room, 1u);
+  CAF_CHECK(is(res.status, lserr::peer_lost));
+  CAF_CHECK(mentions(res.status, "prefill rank 1 lost"));
+  CAF_CHECK_EQUAL(state_of(1), "failed");
+  CAF_CHECK_EQUAL(state_of(2), "transferring");
+  // Room 1's request to rank 1 is still out: its pages stay taken.
+  release(0, 1);
+  release(0, 2);
+  CAF_CHECK_EQUAL(state_of(2), "complete");
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 5);
+  advance_time(cfg.room_timeout);
+  sched.run();
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  CAF_CHECK_EQUAL(results->size(), 2u);
+  // A new room fails at once, naming the lost rank, and takes no pages.
+  auto hdl = open(3, 4);
+  auto refused = reply_of(hdl);
+  CAF_CHECK(is(refused.status, lserr::peer_lost));
+  CAF_CHECK(mentions(refused.status, "prefill rank 1 lost"));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+}
+
+CAF_TEST(unwritten bytes fail the room although every rank said success) {
+  spawn({answer::ok, answer::ok});
+  script->write[1] = false;
+  auto hdl = open(31, 10);
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  auto& res = results->front();
+  CAF_CHECK(mentions(res.status, "bytes differ"));
+  CAF_CHECK(!res.bit_exact);
+  CAF_CHECK_EQUAL(res.bytes, room_bytes(3)); // the ranks claimed every byte
+  CAF_CHECK_EQUAL(reply_of(hdl), res);
+  CAF_CHECK_EQUAL(state_of(31), "failed");
+  CAF_CHECK(status(31).reason.find("bytes differ") != std::string::npos);
+  // Every rank answered: the failed room's pages are free at once.
+  CAF_CHECK_EQUAL(free_pages(), pool_pages);
+}
+
+CAF_TEST(without verify a room completes on the ranks word alone) {
+  cfg.verify = false;
+  spawn({answer::ok});
+  script->write[0] = false;
+  open(41, 6);
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  CAF_CHECK(!results->front().status);
+  CAF_CHECK(!results->front().bit_exact);
+  CAF_CHECK_EQUAL(state_of(41), "complete");
+}
+
+CAF_TEST(close_room returns a complete room pages and forgets it) {
+  spawn({answer::hold});
+  open(51, 16);
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 4);
+  // A room still in flight cannot be closed.
+  CAF_CHECK(is(close(51), lserr::bad_input));
+  release(0, 51);
+  CAF_CHECK_EQUAL(state_of(51), "complete");
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 4);
+  CAF_CHECK(!close(51));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages);
+  CAF_CHECK(is(status_error(51), lserr::unknown_room));
+  // The room id can be used again, for a new request.
+  open(51, 4);
+  CAF_CHECK_EQUAL(state_of(51), "waiting");
+}
+
+CAF_TEST(a failed room closed early is forgotten once its requests settle) {
+  spawn({answer::hold, answer::fail});
+  open(61, 8);
+  CAF_CHECK_EQUAL(state_of(61), "failed");
+  CAF_CHECK(!close(61));
+  // Closed, but rank 0 has not answered: still known, pages still taken.
+  CAF_CHECK_EQUAL(state_of(61), "failed");
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  release(0, 61);
+  CAF_CHECK_EQUAL(free_pages(), pool_pages);
+  CAF_CHECK(is(status_error(61), lserr::unknown_room));
+}
+
+CAF_TEST(a duplicate or oversized room is refused without touching pages) {
+  spawn({answer::hold});
+  open(71, 8);
+  auto dup = open(71, 8);
+  CAF_CHECK(is(reply_of(dup).status, lserr::duplicate_room));
+  auto big = open(72, pool_pages * 4);
+  CAF_CHECK(is(reply_of(big).status, lserr::bad_input));
+  auto empty = open(73, 0);
+  CAF_CHECK(is(reply_of(empty).status, lserr::bad_input));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  CAF_CHECK_EQUAL(state_of(71), "waiting");
+  CAF_CHECK_EQUAL(script->received.size(), 1u);
+  // Refused rooms do not reach the subscriber.
+  CAF_CHECK(results->empty());
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

@@ -1,0 +1,645 @@
+// The config loader: every shipped file, the embedded default, one case per
+// class of bad input, and the to_toml round trip.
+#include "config/loader.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+
+using namespace layerstream;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path config_dir{LAYERSTREAM_CONFIG_DIR};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+/// Role by file name: the convention config/README.md states.
+std::optional<config_role> role_of(const std::string& name) {
+  if (name == "demo.toml")
+    return config_role::demo;
+  if (name.find("prefill") != std::string::npos)
+    return config_role::prefill;
+  if (name.find("decode") != std::string::npos)
+    return config_role::decode;
+  return std::nullopt;
+}
+
+std::vector<fs::path> shipped_files() {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator{config_dir})
+    if (entry.path().extension() == ".toml")
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+deployment_config load_ok(const fs::path& path) {
+  auto res = load_config_file(path.string());
+  if (auto* err = std::get_if<config_error>(&res)) {
+    ADD_FAILURE() << err->to_string();
+    return {};
+  }
+  return std::get<deployment_config>(res);
+}
+
+deployment_config parse_ok(const std::string& toml) {
+  auto res = load_config_string(toml, "good.toml");
+  if (auto* err = std::get_if<config_error>(&res)) {
+    ADD_FAILURE() << err->to_string() << "\n--- input ---\n" << toml;
+    return {};
+  }
+  return std::get<deployment_config>(res);
+}
+
+/// Loading `toml` fails naming bad.toml, exactly `key`, and a reason containing `reason`.
+void expect_refused(const std::string& toml, const std::string& key, const std::string& reason) {
+  auto res = load_config_string(toml, "bad.toml");
+  auto* err = std::get_if<config_error>(&res);
+  ASSERT_NE(err, nullptr) << "accepted:\n" << toml;
+  EXPECT_EQ(err->file, "bad.toml");
+  EXPECT_EQ(err->key, key) << err->to_string();
+  EXPECT_NE(err->reason.find(reason), std::string::npos)
+      << "reason lacks \"" << reason << "\": " << err->to_string();
+  auto line = err->to_string();
+  EXPECT_EQ(line.rfind("bad.toml", 0), 0u) << line;
+  EXPECT_NE(line.find(key), std::string::npos) << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+}
+
+/// validate_for(cfg, role) fails naming `key`, with a reason containing `reason`.
+void expect_invalid(const deployment_config& cfg, config_role role, const std::string& key,
+                    const std::string& reason) {
+  auto err = validate_for(cfg, role, "cli");
+  ASSERT_TRUE(err.has_value()) << "accepted for " << to_string(role);
+  EXPECT_EQ(err->key, key) << err->to_string();
+  EXPECT_NE(err->reason.find(reason), std::string::npos) << err->to_string();
+}
+
+/// A config valid for every role, to break one field at a time.
+deployment_config valid_config() {
+  deployment_config cfg;
+  cfg.prefill.port = 7001;
+  cfg.decode.prefill = {"127.0.0.1:7001"};
+  return cfg;
+}
+
+} // namespace
+
+// --- shipped files -----------------------------------------------------------
+
+TEST(ConfigFiles, EveryShippedFileLoadsAndValidatesForItsRole) {
+  auto files = shipped_files();
+  ASSERT_FALSE(files.empty()) << "no .toml in " << config_dir;
+  for (const auto& path : files) {
+    SCOPED_TRACE(path.string());
+    auto role = role_of(path.filename().string());
+    ASSERT_TRUE(role.has_value())
+        << "name must be demo.toml or contain 'prefill' or 'decode' (config/README.md)";
+    auto cfg = load_ok(path);
+    if (auto err = validate_for(cfg, *role, path.string()))
+      ADD_FAILURE() << err->to_string();
+  }
+}
+
+TEST(ConfigFiles, TheDocumentedSetupsAreAllShipped) {
+  for (const char* name : {"demo.toml", "cluster-prefill-0.toml", "cluster-prefill-1.toml",
+                           "cluster-decode.toml", "shm-prefill.toml", "shm-decode.toml"})
+    EXPECT_TRUE(fs::exists(config_dir / name)) << name;
+}
+
+namespace {
+
+/// The decode file's prefill list names the prefill files' endpoints in
+/// cp_rank order, and every node agrees on geometry, CP size and provider.
+void expect_consistent_cluster(const std::string& decode_file,
+                               const std::vector<std::string>& prefill_files) {
+  auto dec = load_ok(config_dir / decode_file);
+  ASSERT_EQ(dec.decode.prefill.size(), prefill_files.size());
+  ASSERT_EQ(dec.cluster.cp_size, prefill_files.size());
+  for (size_t i = 0; i < prefill_files.size(); ++i) {
+    SCOPED_TRACE(prefill_files[i]);
+    auto pre = load_ok(config_dir / prefill_files[i]);
+    EXPECT_EQ(pre.prefill.cp_rank, i);
+    EXPECT_EQ(dec.decode.prefill[i], pre.prefill.host + ":" + std::to_string(pre.prefill.port));
+    EXPECT_EQ(pre.cluster.cp_size, dec.cluster.cp_size);
+    EXPECT_EQ(pre.fabric.provider, dec.fabric.provider);
+    EXPECT_EQ(pre.model.layers, dec.model.layers);
+    EXPECT_EQ(pre.model.item_len(), dec.model.item_len());
+    EXPECT_EQ(pre.model.mla, dec.model.mla);
+    EXPECT_EQ(pre.model.page_size, dec.model.page_size);
+    EXPECT_LE(dec.workload.max_tokens, pre.workload.max_tokens)
+        << "decode asks for longer prompts than the prefill pool is sized for";
+  }
+}
+
+} // namespace
+
+TEST(ConfigFiles, TheClusterFilesDescribeOneConsistentCluster) {
+  expect_consistent_cluster("cluster-decode.toml",
+                            {"cluster-prefill-0.toml", "cluster-prefill-1.toml"});
+}
+
+TEST(ConfigFiles, TheShmFilesDescribeOneConsistentSingleHostSetup) {
+  expect_consistent_cluster("shm-decode.toml", {"shm-prefill.toml"});
+  EXPECT_EQ(load_ok(config_dir / "shm-decode.toml").fabric.provider, "shm");
+}
+
+TEST(ConfigFiles, TheEmbeddedDefaultIsExactlyDemoToml) {
+  EXPECT_EQ(std::string{embedded_demo_config()}, read_text(config_dir / "demo.toml"));
+}
+
+TEST(ConfigFiles, TheEmbeddedDefaultIsASmallLoopbackDemo) {
+  auto cfg = parse_ok(embedded_demo_config());
+  EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value());
+  EXPECT_EQ(cfg.fabric.provider, "tcp;ofi_rxm");
+  EXPECT_EQ(cfg.fabric.bind_address, "127.0.0.1");
+  EXPECT_EQ(cfg.model.layers, 32u);
+  EXPECT_EQ(cfg.workload.rooms, 8u);
+}
+
+// --- defaults and good input -------------------------------------------------
+
+TEST(ConfigLoader, AnEmptyFileGivesTheStructDefaults) {
+  EXPECT_TRUE(same_config(parse_ok(""), deployment_config{}));
+}
+
+TEST(ConfigLoader, KeysLeftOutKeepTheirDefaults) {
+  auto cfg = parse_ok("[model]\nlayers = 4\n");
+  EXPECT_EQ(cfg.model.layers, 4u);
+  EXPECT_EQ(cfg.model.head_dim, deployment_config{}.model.head_dim);
+  EXPECT_EQ(cfg.timeouts.room, deployment_config{}.timeouts.room);
+}
+
+TEST(ConfigLoader, DurationsAreReadInTheUnitTheKeyNames) {
+  auto cfg = parse_ok("[model]\nlayer_compute_us = 250\n[timeouts]\nsubmit_ms = 7\n"
+                      "room_ms = 8\nheartbeat_ms = 9\nconnection_ms = 10\n");
+  EXPECT_EQ(cfg.model.layer_compute, std::chrono::microseconds{250});
+  EXPECT_EQ(cfg.timeouts.submit, std::chrono::milliseconds{7});
+  EXPECT_EQ(cfg.timeouts.room, std::chrono::milliseconds{8});
+  EXPECT_EQ(cfg.timeouts.heartbeat, std::chrono::milliseconds{9});
+  EXPECT_EQ(cfg.timeouts.connection, std::chrono::milliseconds{10});
+}
+
+TEST(ConfigLoader, FragmentationMayBeWrittenAsAnInteger) {
+  EXPECT_EQ(parse_ok("[workload]\nfragmentation = 1\n").workload.fragmentation, 1.0);
+  EXPECT_EQ(parse_ok("[workload]\nfragmentation = 0\n").workload.fragmentation, 0.0);
+}
+
+TEST(ConfigLoader, EveryListedProviderIsAccepted) {
+  for (const char* p :
+       {"", "tcp;ofi_rxm", "net", "shm", "sockets", "verbs;ofi_rxm", "efa", "udp;ofi_rxd"})
+    EXPECT_EQ(parse_ok(std::string{"[fabric]\nprovider = \""} + p + "\"\n").fabric.provider, p);
+}
+
+TEST(ConfigLoader, LimitValuesOfEachIntegerWidthAreAccepted) {
+  auto cfg = parse_ok("[prefill]\nport = 65535\n[cluster]\ncp_size = 64\n"
+                      "[workload]\nseed = 9223372036854775807\n");
+  EXPECT_EQ(cfg.prefill.port, 65535u);
+  EXPECT_EQ(cfg.cluster.cp_size, 64u);
+  EXPECT_EQ(cfg.workload.seed, 9223372036854775807u);
+}
+
+TEST(ConfigLoader, AnIpv6PrefillEndpointInBracketsIsAccepted) {
+  EXPECT_EQ(parse_ok("[decode]\nprefill = [\"[::1]:7001\"]\n").decode.prefill[0], "[::1]:7001");
+}
+
+TEST(ConfigLoader, AFileThatDoesNotExistIsRefusedNamingIt) {
+  auto res = load_config_file("/nonexistent/x.toml");
+  auto* err = std::get_if<config_error>(&res);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(err->file, "/nonexistent/x.toml");
+  EXPECT_NE(err->reason.find("cannot open"), std::string::npos);
+}
+
+// --- config_error ------------------------------------------------------------
+
+TEST(ConfigError, ToStringIsFileKeyAndReasonOnOneLine) {
+  config_error err{"config/demo.toml", "model.layers", "expected an integer, got string \"x\""};
+  EXPECT_EQ(err.to_string(),
+            "config/demo.toml: model.layers: expected an integer, got string \"x\"");
+  err.line = 12;
+  EXPECT_EQ(err.to_string(),
+            "config/demo.toml:12: model.layers: expected an integer, got string \"x\"");
+}
+
+TEST(ConfigError, ToStringLeavesOutAnEmptyKey) {
+  EXPECT_EQ((config_error{"a.toml", "", "cannot open"}.to_string()), "a.toml: cannot open");
+}
+
+TEST(ConfigError, ItBecomesABadInputErrorOfTheOneErrorSystem) {
+  config_error err{"a.toml", "model.layers", "must be at least 1, got 0", 3};
+  auto e = to_error(err);
+  EXPECT_TRUE(is(e, lserr::bad_input));
+  EXPECT_EQ(message_of(e), err.to_string());
+}
+
+TEST(ConfigError, TypeErrorsCarryTheLineOfTheValue) {
+  auto res = load_config_string("[model]\n\nlayers = \"x\"\n", "bad.toml");
+  ASSERT_TRUE(std::holds_alternative<config_error>(res));
+  EXPECT_EQ(std::get<config_error>(res).to_string(),
+            "bad.toml:3: model.layers: expected a non-negative integer, got string \"x\"");
+}
+
+TEST(ConfigError, ValueErrorsFoundAfterLoadingCarryTheLineOfTheKey) {
+  auto res = load_config_string("[decode]\nprefill = [\n  \"a:1\",\n  \"b\",\n]\n", "bad.toml");
+  ASSERT_TRUE(std::holds_alternative<config_error>(res));
+  EXPECT_EQ(std::get<config_error>(res).to_string(),
+            "bad.toml:4: decode.prefill[1]: expected \"host:port\", got \"b\": missing \":port\"");
+}
+
+// --- syntax, unknown tables and keys -----------------------------------------
+
+TEST(ConfigLoader, BrokenTomlSyntaxIsRefusedWithItsLine) {
+  auto res = load_config_string("[model]\nlayers = = 3\n", "bad.toml");
+  auto* err = std::get_if<config_error>(&res);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(err->line, 2u);
+  EXPECT_NE(err->reason.find("TOML syntax"), std::string::npos);
+}
+
+TEST(ConfigLoader, ADuplicateKeyIsRefused) {
+  auto res = load_config_string("[model]\nlayers = 3\nlayers = 4\n", "bad.toml");
+  EXPECT_TRUE(std::holds_alternative<config_error>(res));
+}
+
+TEST(ConfigLoader, AnUnknownTableIsRefusedWithASuggestion) {
+  expect_refused("[modle]\nlayers = 3\n", "modle", "did you mean [model]?");
+}
+
+TEST(ConfigLoader, AnUnrelatedUnknownTableIsRefused) {
+  expect_refused("[gpu]\nid = 0\n", "gpu", "unknown table");
+}
+
+TEST(ConfigLoader, AnUnknownKeyIsRefusedWithASuggestion) {
+  expect_refused("[model]\nlayer = 3\n", "model.layer", "did you mean layers?");
+}
+
+TEST(ConfigLoader, AKeyInTheWrongTableIsRefusedNamingTheRightOne) {
+  expect_refused("[model]\nchunk_tokens = 32\n", "model.chunk_tokens",
+                 "did you mean transfer.chunk_tokens?");
+}
+
+TEST(ConfigLoader, ADurationWithoutItsUnitSuffixIsRefused) {
+  expect_refused("[timeouts]\nsubmit = 10\n", "timeouts.submit", "did you mean submit_ms?");
+}
+
+TEST(ConfigLoader, ATopLevelKeyIsRefusedNamingItsTable) {
+  expect_refused("layers = 3\n", "layers", "did you mean model.layers?");
+}
+
+TEST(ConfigLoader, ATableWrittenAsAValueIsRefused) {
+  expect_refused("model = 3\n", "model", "expected a table");
+}
+
+// --- types and ranges --------------------------------------------------------
+
+TEST(ConfigLoader, AStringWhereAnIntegerBelongsIsRefused) {
+  expect_refused("[model]\nlayers = \"x\"\n", "model.layers",
+                 "expected a non-negative integer, got string \"x\"");
+}
+
+TEST(ConfigLoader, ANegativeUnsignedValueIsRefused) {
+  expect_refused("[transfer]\nmax_batch = -1\n", "transfer.max_batch",
+                 "expected a non-negative integer, got integer -1");
+}
+
+TEST(ConfigLoader, AFloatWhereAnIntegerBelongsIsRefused) {
+  expect_refused("[model]\npage_size = 16.0\n", "model.page_size", "got float 16.0");
+}
+
+TEST(ConfigLoader, APortAbove65535IsRefused) {
+  expect_refused("[prefill]\nport = 70000\n", "prefill.port",
+                 "out of range: 70000 (at most 65535)");
+}
+
+TEST(ConfigLoader, AValueAboveUint32IsRefused) {
+  expect_refused("[model]\nlayers = 4294967296\n", "model.layers", "at most 4294967295");
+}
+
+TEST(ConfigLoader, AnIntegerBeyondTomlsRangeIsASyntaxError) {
+  auto res = load_config_string("[workload]\nseed = 18446744073709551615\n", "bad.toml");
+  EXPECT_TRUE(std::holds_alternative<config_error>(res));
+}
+
+TEST(ConfigLoader, AStringWhereABooleanBelongsIsRefused) {
+  expect_refused("[model]\nmla = \"yes\"\n", "model.mla", "expected true or false");
+}
+
+TEST(ConfigLoader, AnIntegerWhereAStringBelongsIsRefused) {
+  expect_refused("[fabric]\nprovider = 3\n", "fabric.provider", "expected a string, got integer 3");
+}
+
+TEST(ConfigLoader, AStringWhereANumberBelongsIsRefused) {
+  expect_refused("[workload]\nfragmentation = \"0.3\"\n", "workload.fragmentation",
+                 "expected a number");
+}
+
+TEST(ConfigLoader, AFloatDurationIsRefused) {
+  expect_refused("[timeouts]\nroom_ms = 1.5\n", "timeouts.room_ms", "expected an integer");
+}
+
+TEST(ConfigLoader, APrefillListThatIsNotAnArrayIsRefused) {
+  expect_refused("[decode]\nprefill = \"127.0.0.1:7001\"\n", "decode.prefill",
+                 "expected an array of strings");
+}
+
+TEST(ConfigLoader, ANonStringInThePrefillListIsRefusedNamingItsIndex) {
+  expect_refused("[decode]\nprefill = [\"127.0.0.1:7001\", 7002]\n", "decode.prefill[1]",
+                 "expected a string, got integer 7002");
+}
+
+// --- impossible geometry -----------------------------------------------------
+
+TEST(ConfigLoader, ZeroLayersIsRefused) {
+  expect_refused("[model]\nlayers = 0\n", "model.layers", "must be at least 1");
+}
+
+TEST(ConfigLoader, ZeroPageSizeIsRefused) {
+  expect_refused("[model]\npage_size = 0\n", "model.page_size", "must be at least 1");
+}
+
+TEST(ConfigLoader, ZeroKvHeadsIsRefused) {
+  expect_refused("[model]\nkv_heads = 0\n", "model.kv_heads", "must be at least 1");
+}
+
+TEST(ConfigLoader, ZeroHeadDimIsRefused) {
+  expect_refused("[model]\nhead_dim = 0\n", "model.head_dim", "must be at least 1");
+}
+
+TEST(ConfigLoader, ADtypeOtherThanOneTwoOrFourBytesIsRefused) {
+  expect_refused("[model]\ndtype_bytes = 3\n", "model.dtype_bytes", "must be 1, 2 or 4");
+  expect_refused("[model]\ndtype_bytes = 8\n", "model.dtype_bytes", "got 8");
+}
+
+TEST(ConfigLoader, MlaWithMoreThanOneKvHeadIsRefused) {
+  expect_refused("[model]\nmla = true\nkv_heads = 8\n", "model.kv_heads", "must be 1 with");
+  EXPECT_TRUE(parse_ok("[model]\nmla = true\nkv_heads = 1\n").model.mla);
+}
+
+TEST(ConfigLoader, APageLargerThan2To64BytesIsRefused) {
+  expect_refused("[model]\npage_size = 4294967295\nkv_heads = 4294967295\n"
+                 "head_dim = 4294967295\n",
+                 "model", "passes 2^64");
+}
+
+TEST(ConfigLoader, ChunkTokensNotAMultipleOfThePageSizeIsRefused) {
+  expect_refused("[model]\npage_size = 16\n[transfer]\nchunk_tokens = 100\n",
+                 "transfer.chunk_tokens", "must be a multiple of model.page_size (16)");
+  EXPECT_EQ(parse_ok("[transfer]\nchunk_tokens = 128\n").transfer.chunk_tokens, 128u);
+}
+
+TEST(ConfigLoader, ZeroMaxBatchIsRefused) {
+  expect_refused("[transfer]\nmax_batch = 0\n", "transfer.max_batch", "must be at least 1");
+}
+
+TEST(ConfigLoader, ZeroMinTokensIsRefused) {
+  expect_refused("[workload]\nmin_tokens = 0\n", "workload.min_tokens", "must be at least 1");
+}
+
+TEST(ConfigLoader, MinTokensAboveMaxTokensIsRefused) {
+  expect_refused("[workload]\nmin_tokens = 600\nmax_tokens = 512\n", "workload.min_tokens",
+                 "must not exceed workload.max_tokens (512)");
+}
+
+TEST(ConfigLoader, ZeroRoomsIsRefused) {
+  expect_refused("[workload]\nrooms = 0\n", "workload.rooms", "must be at least 1");
+}
+
+TEST(ConfigLoader, FragmentationOutsideZeroToOneIsRefused) {
+  expect_refused("[workload]\nfragmentation = 1.5\n", "workload.fragmentation",
+                 "must be in [0, 1], got 1.5");
+  expect_refused("[workload]\nfragmentation = -0.1\n", "workload.fragmentation", "got -0.1");
+  expect_refused("[workload]\nfragmentation = nan\n", "workload.fragmentation", "got nan");
+}
+
+TEST(ConfigLoader, ZeroCpSizeIsRefused) {
+  expect_refused("[cluster]\ncp_size = 0\n", "cluster.cp_size", "must be in 1..64, got 0");
+}
+
+TEST(ConfigLoader, CpSizeAbove64IsRefused) {
+  expect_refused("[cluster]\ncp_size = 65\n", "cluster.cp_size", "got 65");
+}
+
+TEST(ConfigLoader, ACpRankNotBelowCpSizeIsRefused) {
+  expect_refused("[cluster]\ncp_size = 2\n[prefill]\ncp_rank = 2\n", "prefill.cp_rank",
+                 "must be below cluster.cp_size (2), got 2");
+}
+
+TEST(ConfigLoader, ZeroPoolPagesIsRefused) {
+  expect_refused("[prefill]\npool_pages = 0\n", "prefill.pool_pages", "must be at least 1");
+  expect_refused("[decode]\npool_pages = 0\n", "decode.pool_pages", "must be at least 1");
+}
+
+TEST(ConfigLoader, APoolWhoseBytesPass2To64IsRefused) {
+  expect_refused("[decode]\npool_pages = 9223372036854775807\n", "decode.pool_pages", "pass 2^64");
+}
+
+TEST(ConfigLoader, AnUnknownProviderIsRefusedListingTheValidOnes) {
+  expect_refused("[fabric]\nprovider = \"rdma\"\n", "fabric.provider", "unknown provider \"rdma\"");
+  expect_refused("[fabric]\nprovider = \"rdma\"\n", "fabric.provider", "\"verbs;ofi_rxm\"");
+}
+
+TEST(ConfigLoader, AMisspelledProviderGetsASuggestion) {
+  expect_refused("[fabric]\nprovider = \"tcp;ofi_rx\"\n", "fabric.provider",
+                 "did you mean \"tcp;ofi_rxm\"?");
+}
+
+TEST(ConfigLoader, AProviderWithoutItsUtilityGetsASuggestion) {
+  expect_refused("[fabric]\nprovider = \"verbs\"\n", "fabric.provider",
+                 "did you mean \"verbs;ofi_rxm\"?");
+}
+
+TEST(ConfigLoader, AnUnknownLogLevelIsRefused) {
+  expect_refused("[log]\nlevel = \"verbose\"\n", "log.level", "unknown level \"verbose\"");
+  expect_refused("[log]\nlevel = \"INFO\"\n", "log.level", "one of \"trace\"");
+}
+
+TEST(ConfigLoader, EveryLogLevelIsAccepted) {
+  for (const char* level : {"trace", "debug", "info", "warn", "error", "off"})
+    EXPECT_EQ(parse_ok(std::string{"[log]\nlevel = \""} + level + "\"\n").log.level, level);
+}
+
+TEST(ConfigLoader, AZeroOrNegativeDurationIsRefused) {
+  expect_refused("[model]\nlayer_compute_us = 0\n", "model.layer_compute_us",
+                 "must be positive, got 0");
+  expect_refused("[timeouts]\nsubmit_ms = 0\n", "timeouts.submit_ms", "must be positive");
+  expect_refused("[timeouts]\nroom_ms = -5\n", "timeouts.room_ms", "must be positive, got -5");
+  expect_refused("[timeouts]\nheartbeat_ms = 0\n", "timeouts.heartbeat_ms", "must be positive");
+  expect_refused("[timeouts]\nconnection_ms = -1\n", "timeouts.connection_ms", "must be positive");
+}
+
+TEST(ConfigLoader, APrefillEndpointWithoutAPortIsRefused) {
+  expect_refused("[decode]\nprefill = [\"127.0.0.1\"]\n", "decode.prefill[0]", "missing \":port\"");
+}
+
+TEST(ConfigLoader, APrefillEndpointWithABadPortIsRefused) {
+  expect_refused("[decode]\nprefill = [\"h:7001\", \"h:0\"]\n", "decode.prefill[1]",
+                 "port \"0\" is not a number in 1..65535");
+  expect_refused("[decode]\nprefill = [\"h:65536\"]\n", "decode.prefill[0]", "1..65535");
+  expect_refused("[decode]\nprefill = [\"h:70a\"]\n", "decode.prefill[0]", "1..65535");
+  expect_refused("[decode]\nprefill = [\"h:\"]\n", "decode.prefill[0]", "1..65535");
+}
+
+TEST(ConfigLoader, APrefillEndpointWithoutAHostIsRefused) {
+  expect_refused("[decode]\nprefill = [\":7001\"]\n", "decode.prefill[0]", "missing host");
+}
+
+TEST(ConfigLoader, AnUnbracketedIpv6EndpointIsRefused) {
+  expect_refused("[decode]\nprefill = [\"::1:7001\"]\n", "decode.prefill[0]", "[addr]:port");
+}
+
+// --- role requirements (validate_for) ----------------------------------------
+
+TEST(ConfigRoles, TheValidConfigPassesForEveryRole) {
+  for (auto role : {config_role::demo, config_role::prefill, config_role::decode})
+    EXPECT_FALSE(validate_for(valid_config(), role).has_value()) << to_string(role);
+}
+
+TEST(ConfigRoles, APrefillRankNeedsAPort) {
+  auto cfg = valid_config();
+  cfg.prefill.port = 0;
+  expect_invalid(cfg, config_role::prefill, "prefill.port", "required for a prefill rank");
+  EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value());
+}
+
+TEST(ConfigRoles, APrefillRankNeedsAHost) {
+  auto cfg = valid_config();
+  cfg.prefill.host.clear();
+  expect_invalid(cfg, config_role::prefill, "prefill.host", "required for a prefill rank");
+}
+
+TEST(ConfigRoles, ADecodeNodeNeedsItsPrefillList) {
+  auto cfg = valid_config();
+  cfg.decode.prefill.clear();
+  expect_invalid(cfg, config_role::decode, "decode.prefill", "required for a decode node");
+  EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value());
+}
+
+TEST(ConfigRoles, ADecodeNodeNeedsOnePrefillEndpointPerCpRank) {
+  auto cfg = valid_config();
+  cfg.cluster.cp_size = 2;
+  expect_invalid(cfg, config_role::decode, "decode.prefill",
+                 "lists 1 prefill ranks but cluster.cp_size is 2");
+}
+
+TEST(ConfigRoles, APrefillPoolTooSmallForAFullBatchIsRefused) {
+  auto cfg = valid_config();
+  cfg.workload.max_tokens = 1000; // 63 pages of 16 tokens
+  cfg.transfer.max_batch = 4;
+  cfg.prefill.pool_pages = 4 * 63 - 1;
+  expect_invalid(cfg, config_role::prefill, "prefill.pool_pages", "need at least 252");
+  expect_invalid(cfg, config_role::demo, "prefill.pool_pages", "need at least 252");
+  EXPECT_FALSE(validate_for(cfg, config_role::decode).has_value());
+  cfg.prefill.pool_pages = 252;
+  EXPECT_FALSE(validate_for(cfg, config_role::prefill).has_value());
+}
+
+TEST(ConfigRoles, APrefillPoolOnlyHoldsItsOwnCpSlice) {
+  auto cfg = valid_config();
+  cfg.workload.max_tokens = 1000; // 63 pages: rank 0 of 2 owns 32
+  cfg.transfer.max_batch = 4;
+  cfg.cluster.cp_size = 2;
+  cfg.decode.prefill = {"a:1", "b:2"};
+  cfg.prefill.pool_pages = 128;
+  EXPECT_FALSE(validate_for(cfg, config_role::prefill).has_value());
+  cfg.prefill.pool_pages = 127;
+  expect_invalid(cfg, config_role::prefill, "prefill.pool_pages", "need at least 128");
+}
+
+TEST(ConfigRoles, ADecodePoolTooSmallForOneRequestIsRefused) {
+  auto cfg = valid_config();
+  cfg.workload.max_tokens = 1000;
+  cfg.decode.pool_pages = 62;
+  expect_invalid(cfg, config_role::decode, "decode.pool_pages", "need at least 63");
+  expect_invalid(cfg, config_role::demo, "decode.pool_pages", "need at least 63");
+  EXPECT_FALSE(validate_for(cfg, config_role::prefill).has_value());
+}
+
+TEST(ConfigRoles, ValidateForAlsoAppliesTheGeneralChecksToOverriddenFields) {
+  auto cfg = valid_config();
+  cfg.transfer.chunk_tokens = 20; // as if from --chunk-tokens 20
+  expect_invalid(cfg, config_role::demo, "transfer.chunk_tokens", "multiple of");
+  cfg = valid_config();
+  cfg.model.mla = true; // as if from --mla with kv_heads 8
+  expect_invalid(cfg, config_role::demo, "model.kv_heads", "must be 1 with");
+  EXPECT_EQ(validate(cfg, "cli")->key, "model.kv_heads");
+}
+
+TEST(ConfigRoles, RoleNamesMatchTheCliSubcommands) {
+  EXPECT_STREQ(to_string(config_role::demo), "demo");
+  EXPECT_STREQ(to_string(config_role::prefill), "prefill");
+  EXPECT_STREQ(to_string(config_role::decode), "decode");
+}
+
+// --- to_toml -----------------------------------------------------------------
+
+TEST(ConfigToToml, TheDefaultsRoundTrip) {
+  deployment_config def;
+  auto text = to_toml(def);
+  EXPECT_TRUE(same_config(parse_ok(text), def)) << text;
+}
+
+TEST(ConfigToToml, EveryShippedFileRoundTrips) {
+  for (const auto& path : shipped_files()) {
+    SCOPED_TRACE(path.string());
+    auto cfg = load_ok(path);
+    auto text = to_toml(cfg);
+    auto again = parse_ok(text);
+    EXPECT_TRUE(same_config(again, cfg)) << text;
+    EXPECT_EQ(to_toml(again), text);
+  }
+}
+
+TEST(ConfigToToml, UnusualValuesRoundTrip) {
+  auto cfg = valid_config();
+  cfg.model.mla = true;
+  cfg.model.kv_heads = 1;
+  cfg.model.dtype_bytes = 1;
+  cfg.model.layer_compute = std::chrono::microseconds{1};
+  cfg.transfer.per_layer = false;
+  cfg.transfer.chunk_tokens = 64;
+  cfg.fabric.provider = "";
+  cfg.fabric.bind_address = "weird \"name\"\\\t\x01";
+  cfg.prefill.port = 65535;
+  cfg.decode.prefill = {"[fe80::1]:1", "b:65535"};
+  cfg.workload.seed = 9223372036854775807u;
+  cfg.workload.fragmentation = 0.1;
+  cfg.log.level = "off";
+  auto text = to_toml(cfg);
+  auto again = parse_ok(text);
+  EXPECT_TRUE(same_config(again, cfg)) << text;
+  EXPECT_EQ(again.fabric.bind_address, cfg.fabric.bind_address);
+  EXPECT_EQ(again.workload.fragmentation, 0.1);
+}
+
+TEST(ConfigToToml, ItNamesEveryTableAndDurationsWithTheirUnit) {
+  auto text = to_toml(deployment_config{});
+  for (const char* needle :
+       {"[model]", "[transfer]", "[fabric]", "[timeouts]", "[prefill]", "[decode]", "[workload]",
+        "[cluster]", "[log]", "layer_compute_us = 1000", "submit_ms = 10000", "room_ms = 60000",
+        "heartbeat_ms = 500", "connection_ms = 3000", "fragmentation = 0.3", "prefill = []"})
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << " in\n" << text;
+}
+
+TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
+  auto a = valid_config();
+  auto b = a;
+  EXPECT_TRUE(same_config(a, b));
+  b.workload.fragmentation = 0.30000000000000004;
+  EXPECT_FALSE(same_config(a, b));
+  b = a;
+  b.decode.prefill.push_back("c:3");
+  EXPECT_FALSE(same_config(a, b));
+}

@@ -1,0 +1,140 @@
+// The transport actor on a real actor system (its worker is a real thread,
+// so not the deterministic test coordinator), tcp;ofi_rxm or shm on loopback:
+// connect_peer -> peer_id, submit -> submit_done with the bytes verified at
+// the target. Every request has a finite timeout.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <gtest/gtest.h>
+
+#include "tests/transport/fabric_test_util.hpp"
+#include "transport/transport_actor.hpp"
+
+namespace layerstream {
+namespace {
+
+using namespace std::chrono_literals;
+
+class TransportActor : public ::testing::TestWithParam<std::string> {
+ protected:
+  TransportActor() : sys_{init_config(cfg_)} {}
+
+  static caf::actor_system_config& init_config(caf::actor_system_config& cfg) {
+    add_message_types(cfg);
+    return cfg;
+  }
+
+  void SetUp() override {
+    src_.resize(8 << 20);
+    dst_.resize(8 << 20);
+    fabric_target::config tcfg;
+    tcfg.fabric.provider = GetParam();
+    tcfg.regions = {{dst_.data(), dst_.size()}};
+    auto t = fabric_target::open(tcfg);
+    if (!t)
+      GTEST_SKIP() << "provider \"" << GetParam()
+                   << "\" not available here: " << describe(t.error());
+    target_ = std::move(*t);
+    transport_config cfg;
+    cfg.fabric.provider = GetParam();
+    cfg.regions = {{src_.data(), src_.size()}};
+    cfg.write_timeout = 5s;
+    auto a = spawn_transport(sys_, cfg);
+    ASSERT_TRUE(a) << describe(a.error());
+    transport_ = *a;
+  }
+
+  void TearDown() override {
+    if (transport_) {
+      caf::anon_send_exit(transport_, caf::exit_reason::user_shutdown);
+      transport_ = nullptr;
+    }
+  }
+
+  caf::expected<peer_id> connect(const fabric_peer& peer) {
+    caf::scoped_actor self{sys_};
+    caf::expected<peer_id> out{make_error(lserr::timeout, "no answer")};
+    self->request(transport_, 10s, connect_peer{peer})
+        .receive([&](peer_id id) { out = id; }, [&](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+
+  caf::expected<submit_done> send_submit(submit msg) {
+    caf::scoped_actor self{sys_};
+    caf::expected<submit_done> out{make_error(lserr::timeout, "no answer")};
+    self->request(transport_, 20s, std::move(msg))
+        .receive([&](submit_done& d) { out = std::move(d); },
+                 [&](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+
+  caf::actor_system_config cfg_;
+  caf::actor_system sys_;
+  std::vector<uint8_t> src_, dst_;
+  std::unique_ptr<fabric_target> target_;
+  transport_actor transport_;
+};
+
+TEST_P(TransportActor, SubmitIsAnsweredWithSubmitDoneOnceTheBytesAreAtTheTarget) {
+  auto peer = connect(target_->peer());
+  ASSERT_TRUE(peer) << describe(peer.error());
+  auto again = connect(target_->peer());
+  ASSERT_TRUE(again) << describe(again.error());
+  EXPECT_EQ(*again, *peer) << "the same address and regions must give the same peer id";
+
+  std::mt19937_64 rng{3};
+  test::fill_random(src_, rng);
+  std::vector<block> blocks;
+  uint64_t bytes = 0;
+  for (uint64_t page = 0; page < 64; ++page) { // reversed pages: 64 separate blocks
+    blocks.push_back(
+        {test::addr_of(src_, page * 65536), test::addr_of(dst_, (63 - page) * 65536), 65536});
+    bytes += 65536;
+  }
+  auto done = send_submit(submit{42, 3, *peer, blocks});
+  ASSERT_TRUE(done) << describe(done.error());
+  EXPECT_FALSE(done->status) << describe(done->status);
+  EXPECT_EQ(done->room, 42u);
+  EXPECT_EQ(done->layer, 3u);
+  EXPECT_EQ(done->bytes, bytes);
+  for (uint64_t page = 0; page < 64; ++page)
+    ASSERT_EQ(std::memcmp(dst_.data() + (63 - page) * 65536, src_.data() + page * 65536, 65536), 0)
+        << "page " << page;
+}
+
+TEST_P(TransportActor, SubmitsToAnUnknownPeerOrOutsideTheRegionFailWithNothingWritten) {
+  auto peer = connect(target_->peer());
+  ASSERT_TRUE(peer) << describe(peer.error());
+  std::fill(src_.begin(), src_.end(), uint8_t{1});
+  auto unknown =
+      send_submit(submit{1, 0, *peer + 7, {{test::addr_of(src_), test::addr_of(dst_), 8}}});
+  ASSERT_TRUE(unknown) << describe(unknown.error());
+  EXPECT_TRUE(unknown->status);
+  auto outside = send_submit(
+      submit{2, 1, *peer, {{test::addr_of(src_), test::addr_of(dst_, dst_.size() - 4), 8}}});
+  ASSERT_TRUE(outside) << describe(outside.error());
+  EXPECT_TRUE(is(outside->status, lserr::out_of_region)) << describe(outside->status);
+  EXPECT_EQ(outside->room, 2u);
+  EXPECT_TRUE(std::all_of(dst_.begin(), dst_.end(), [](uint8_t b) { return b == 0; }));
+}
+
+TEST_P(TransportActor, APeerOnAnotherProviderIsRefused) {
+  fabric_peer other = target_->peer();
+  other.provider = "efa";
+  auto peer = connect(other);
+  EXPECT_FALSE(peer);
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, TransportActor, ::testing::Values("tcp;ofi_rxm", "shm"),
+                         test::provider_test_name);
+
+} // namespace
+} // namespace layerstream

@@ -1,0 +1,233 @@
+#include "transport/fabric/endpoint.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+
+#include "common/log.hpp"
+#include "transport/fabric/fabric_check.hpp"
+
+namespace layerstream::fabric {
+
+namespace {
+
+// What we ask for; what comes back in info->domain_attr->mr_mode is honoured
+// (see endpoint::virt_addr, register_memory and the engine's desc handling).
+constexpr uint64_t requested_mr_mode =
+    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+
+bool is_shm(const std::string& provider) {
+  return provider == "shm";
+}
+
+// fi_getinfo for one provider name; FI_MSG is added only if a provider
+// refuses RMA alone. Returns the whole list (the caller picks an entry).
+caf::expected<std::unique_ptr<fi_info, info_deleter>> get_info(const std::string& provider,
+                                                               const std::string& bind_address) {
+  for (uint64_t extra_caps : {uint64_t{0}, uint64_t{FI_MSG}}) {
+    std::unique_ptr<fi_info, info_deleter> hints{fi_allocinfo()};
+    if (!hints)
+      return make_error(lserr::fabric_error, "fi_allocinfo returned NULL");
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | extra_caps;
+    // Each op's context is a struct fi_context2 we own, so both modes are fine.
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->domain_attr->mr_mode = static_cast<int>(requested_mr_mode);
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    hints->fabric_attr->prov_name = strdup(provider.c_str()); // freed by fi_freeinfo
+    const char* node = is_shm(provider) ? nullptr : bind_address.c_str();
+    const uint64_t flags = is_shm(provider) ? 0 : FI_SOURCE;
+    fi_info* raw = nullptr;
+    const int rc = fi_getinfo(api_version, node, nullptr, flags, hints.get(), &raw);
+    if (rc == 0)
+      return std::unique_ptr<fi_info, info_deleter>{raw};
+    if (rc != -FI_ENODATA || extra_caps != 0)
+      return call_error(("fi_getinfo(provider \"" + provider + "\")").c_str(), rc, __FILE__,
+                        __LINE__);
+  }
+  return make_error(lserr::fabric_error, "unreachable");
+}
+
+// The list entry whose provider name is exactly `provider` (fi_getinfo may
+// also offer layered variants, e.g. "net;ofi_rxm" for "net"), else the first.
+fi_info* pick(fi_info* list, const std::string& provider) {
+  for (fi_info* p = list; p != nullptr; p = p->next)
+    if (p->fabric_attr->prov_name != nullptr && provider == p->fabric_attr->prov_name)
+      return p;
+  return list;
+}
+
+} // namespace
+
+void endpoint::pin_interface(const char* iface) {
+  for (const char* var : {"FI_TCP_IFACE", "FI_NET_IFACE", "FI_SOCKETS_IFACE"})
+    setenv(var, iface, /*overwrite=*/0);
+}
+
+endpoint::~endpoint() = default;
+
+caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg) {
+  // Loopback binds stay on lo; must happen before the process's first fi_getinfo.
+  if (cfg.bind_address.rfind("127.", 0) == 0)
+    pin_interface("lo");
+  std::unique_ptr<endpoint> self{new endpoint};
+  // 1. fi_getinfo (the provider from config, or the first auto provider offered).
+  std::string provider = cfg.provider;
+  caf::expected<std::unique_ptr<fi_info, info_deleter>> list{caf::error{}};
+  if (provider.empty()) {
+    std::string tried;
+    for (const char* candidate : auto_providers) {
+      list = get_info(candidate, cfg.bind_address);
+      if (list) {
+        provider = candidate;
+        LS_INFO("fabric: no provider configured, picked \"{}\" (tried in order: {}{})", provider,
+                tried, candidate);
+        break;
+      }
+      tried += std::string{candidate} + ", ";
+    }
+    if (!list)
+      return make_error(lserr::fabric_error,
+                        "no provider configured and fi_getinfo offers none of efa, "
+                        "verbs;ofi_rxm, tcp;ofi_rxm: " +
+                            layerstream::describe(list.error()));
+  } else {
+    list = get_info(provider, cfg.bind_address);
+    if (!list)
+      return std::move(list.error());
+  }
+  fi_info* chosen = pick(list->get(), provider);
+  self->info_.reset(fi_dupinfo(chosen));
+  if (!self->info_)
+    return make_error(lserr::fabric_error, "fi_dupinfo returned NULL");
+  fi_info* info = self->info_.get();
+  self->provider_ = info->fabric_attr->prov_name;
+  self->mr_mode_ = static_cast<uint64_t>(info->domain_attr->mr_mode);
+  self->max_msg_size_ = info->ep_attr->max_msg_size;
+  if (cfg.max_write_size != 0 && cfg.max_write_size < self->max_msg_size_)
+    self->max_msg_size_ = cfg.max_write_size;
+  self->tx_depth_ = info->tx_attr->size != 0 ? info->tx_attr->size : 64;
+  if (cfg.max_in_flight != 0 && cfg.max_in_flight < self->tx_depth_)
+    self->tx_depth_ = cfg.max_in_flight;
+
+  // 2. fabric, 3. domain.
+  fid_fabric* fabric = nullptr;
+  FI_RETURN_IF_ERROR(fi_fabric(info->fabric_attr, &fabric, nullptr));
+  self->fabric_.reset(fabric);
+  fid_domain* domain = nullptr;
+  FI_RETURN_IF_ERROR(fi_domain(fabric, info, &domain, nullptr));
+  self->domain_.reset(domain);
+
+  // 4. address vector.
+  fi_av_attr av_attr{};
+  av_attr.type =
+      info->domain_attr->av_type != FI_AV_UNSPEC ? info->domain_attr->av_type : FI_AV_TABLE;
+  fid_av* av = nullptr;
+  FI_RETURN_IF_ERROR(fi_av_open(domain, &av_attr, &av, nullptr));
+  self->av_.reset(av);
+
+  // 5. completion queue: with a wait fd where the provider has one (shm
+  // refuses FI_WAIT_FD with -FI_ENOSYS; the engine then polls).
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+  cq_attr.size = self->tx_depth_ + (info->rx_attr != nullptr ? info->rx_attr->size : 0);
+  cq_attr.wait_obj = FI_WAIT_FD;
+  fid_cq* cq = nullptr;
+  if (fi_cq_open(domain, &cq_attr, &cq, nullptr) != 0) {
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    FI_RETURN_IF_ERROR(fi_cq_open(domain, &cq_attr, &cq, nullptr));
+  }
+  self->cq_.reset(cq);
+  if (cq_attr.wait_obj == FI_WAIT_FD) {
+    int fd = -1;
+    if (fi_control(&cq->fid, FI_GETWAIT, &fd) == 0)
+      self->cq_wait_fd_ = fd;
+  }
+
+  // 6. endpoint: bind AV and CQ, enable, read its name.
+  fid_ep* ep = nullptr;
+  FI_RETURN_IF_ERROR(fi_endpoint(domain, info, &ep, nullptr));
+  self->ep_.reset(ep);
+  FI_RETURN_IF_ERROR(fi_ep_bind(ep, &av->fid, 0));
+  FI_RETURN_IF_ERROR(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+  FI_RETURN_IF_ERROR(fi_enable(ep));
+  size_t name_len = 0;
+  std::vector<uint8_t> name(256);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    name_len = name.size();
+    const int rc = fi_getname(&ep->fid, name.data(), &name_len);
+    if (rc == -FI_ETOOSMALL) {
+      name.resize(name_len);
+      continue;
+    }
+    FI_RETURN_IF_ERROR(rc);
+    break;
+  }
+  name.resize(name_len);
+  self->name_ = std::move(name);
+  LS_INFO("fabric: opened {}", summary(*self));
+  return self;
+}
+
+caf::expected<local_registration> endpoint::register_memory(void* ptr, uint64_t len,
+                                                            uint64_t access) {
+  if (ptr == nullptr || len == 0)
+    return make_error(lserr::bad_input, "register_memory: empty range");
+  fid_mr* raw = nullptr;
+  // Without FI_MR_PROV_KEY the key is ours to choose: a per-endpoint counter.
+  FI_RETURN_IF_ERROR(fi_mr_reg(domain_.get(), ptr, len, access, 0, next_key_++, 0, &raw, nullptr));
+  fid_ptr<fid_mr> mr{raw};
+  if ((mr_mode_ & FI_MR_ENDPOINT) != 0) {
+    FI_RETURN_IF_ERROR(fi_mr_bind(raw, &ep_->fid, 0));
+    FI_RETURN_IF_ERROR(fi_mr_enable(raw));
+  }
+  local_registration reg;
+  reg.base = reinterpret_cast<uint64_t>(ptr);
+  reg.length = len;
+  reg.key = fi_mr_key(raw);
+  if (reg.key == FI_KEY_NOTAVAIL)
+    return make_error(lserr::fabric_error, "fi_mr_key returned FI_KEY_NOTAVAIL");
+  reg.desc = fi_mr_desc(raw);
+  mrs_.push_back(std::move(mr));
+  registrations_.push_back(reg);
+  return reg;
+}
+
+caf::expected<fi_addr_t> endpoint::insert_peer(const std::vector<uint8_t>& address) {
+  if (address.empty())
+    return make_error(lserr::bad_input, "insert_peer: empty fabric address");
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  const int rc = fi_av_insert(av_.get(), address.data(), 1, &addr, 0, nullptr);
+  FI_RETURN_IF_ERROR(rc);
+  if (rc != 1 || addr == FI_ADDR_UNSPEC)
+    return make_error(lserr::fabric_error,
+                      "fi_av_insert inserted " + std::to_string(rc) + " of 1 addresses");
+  return addr;
+}
+
+const local_registration* endpoint::find_registration(uint64_t addr, uint64_t len) const {
+  for (const auto& reg : registrations_)
+    if (addr >= reg.base && len <= reg.length && addr - reg.base <= reg.length - len)
+      return &reg;
+  return nullptr;
+}
+
+std::string summary(const endpoint& ep) {
+  std::string mr;
+  const std::pair<uint64_t, const char*> bits[] = {
+      {FI_MR_LOCAL, "LOCAL"},       {FI_MR_VIRT_ADDR, "VIRT_ADDR"}, {FI_MR_ALLOCATED, "ALLOCATED"},
+      {FI_MR_PROV_KEY, "PROV_KEY"}, {FI_MR_ENDPOINT, "ENDPOINT"},
+  };
+  for (const auto& [bit, text] : bits)
+    if ((ep.mr_mode() & bit) != 0)
+      mr += (mr.empty() ? "" : "|") + std::string{text};
+  return "provider=" + ep.provider() + " mr_mode=" + (mr.empty() ? "0" : mr) +
+         " tx_depth=" + std::to_string(ep.tx_depth()) +
+         " max_msg_size=" + std::to_string(ep.max_msg_size()) +
+         " cq_wait_fd=" + (ep.cq_wait_fd() >= 0 ? "yes" : "no");
+}
+
+} // namespace layerstream::fabric

@@ -1,0 +1,145 @@
+// One libfabric RDM endpoint and everything it needs, with one owner each.
+//
+// Owns: the fi_info it was opened from, and the fabric, domain, address
+// vector, completion queue, endpoint and memory registrations opened from it.
+// Order (written down once, here): open() creates them in this order
+//   fi_getinfo -> fabric -> domain -> av -> cq -> ep (bind av + cq, enable)
+// and register_memory() adds MRs after the ep (FI_MR_ENDPOINT binds them to it).
+// The members are declared in that same order, so destruction closes them in
+// reverse: MRs, ep, cq, av, domain, fabric, fi_info. Nothing is closed twice and
+// a partial open() closes exactly what it opened.
+//
+// Lifecycle: open() -> register_memory()/insert_peer() -> data path (engine) ->
+// destroy. Registered memory must outlive the endpoint.
+//
+// Threading: NOT thread-safe. The domain is opened with FI_THREAD_DOMAIN: the
+// caller serializes every call on one endpoint (the engine does, with its lock).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "common/error.hpp"
+
+namespace layerstream::fabric {
+
+/// The libfabric API version asked for, pinned once: Debian's libfabric is
+/// 1.17 and answers a newer request with -FI_ENOSYS.
+constexpr uint32_t api_version = FI_VERSION(1, 17);
+
+/// Providers tried in this order when the config names none (fastest first).
+constexpr const char* auto_providers[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
+
+struct fabric_config {
+  /// "tcp;ofi_rxm", "net", "shm", "sockets", "verbs;ofi_rxm", "efa", ...;
+  /// empty = the first of auto_providers that fi_getinfo offers.
+  std::string provider;
+  /// Source address for IP providers (tests: loopback; cluster tests: the
+  /// namespace host's address). Ignored by shm, which takes no node.
+  std::string bind_address = "127.0.0.1";
+  /// Largest single fi_write posted; 0 = the provider's max_msg_size. Larger
+  /// ranges are split (tests set it small to exercise the split).
+  uint64_t max_write_size = 0;
+  /// Most writes in flight; 0 = the provider's TX queue depth.
+  uint64_t max_in_flight = 0;
+};
+
+/// What the data path needs about one local registration.
+struct local_registration {
+  uint64_t base = 0;
+  uint64_t length = 0;
+  /// fi_mr_key: what a remote writer puts into fi_rma_iov.key.
+  uint64_t key = 0;
+  /// fi_mr_desc, passed with local buffers (required under FI_MR_LOCAL).
+  void* desc = nullptr;
+};
+
+template <class T>
+struct fid_closer {
+  void operator()(T* p) const noexcept { fi_close(&p->fid); }
+};
+
+/// The one owner of a libfabric object.
+template <class T>
+using fid_ptr = std::unique_ptr<T, fid_closer<T>>;
+
+struct info_deleter {
+  void operator()(fi_info* p) const noexcept { fi_freeinfo(p); }
+};
+
+class endpoint {
+ public:
+  /// Sets FI_TCP_IFACE / FI_NET_IFACE / FI_SOCKETS_IFACE to `iface` unless
+  /// already set. Call before the first fi_getinfo of the process (tests: "lo").
+  static void pin_interface(const char* iface);
+
+  /// Opens everything for `cfg` (see the order above).
+  static caf::expected<std::unique_ptr<endpoint>> open(const fabric_config& cfg);
+
+  endpoint(const endpoint&) = delete;
+  endpoint& operator=(const endpoint&) = delete;
+  ~endpoint();
+
+  /// This endpoint's address (fi_getname bytes), to advertise to peers.
+  const std::vector<uint8_t>& name() const { return name_; }
+  /// Provider name as fi_getinfo reports it, e.g. "tcp;ofi_rxm".
+  const std::string& provider() const { return provider_; }
+  /// Largest single write this endpoint posts (config cap applied).
+  uint64_t max_msg_size() const { return max_msg_size_; }
+  /// Most writes in flight (provider TX size, config cap applied).
+  uint64_t tx_depth() const { return tx_depth_; }
+  /// The mr_mode bits the provider returned (and that we honour).
+  uint64_t mr_mode() const { return mr_mode_; }
+  /// FI_MR_VIRT_ADDR: a remote address is a virtual address; otherwise it is
+  /// the offset from the start of the target registration.
+  bool virt_addr() const { return (mr_mode_ & FI_MR_VIRT_ADDR) != 0; }
+
+  /// Registers [ptr, ptr + len) with `access` (FI_WRITE for sources,
+  /// FI_REMOTE_WRITE for targets). The endpoint owns the MR until it closes.
+  caf::expected<local_registration> register_memory(void* ptr, uint64_t len, uint64_t access);
+
+  /// Inserts a peer's address into the AV.
+  caf::expected<fi_addr_t> insert_peer(const std::vector<uint8_t>& address);
+
+  /// The registration containing [addr, addr + len), if any.
+  const local_registration* find_registration(uint64_t addr, uint64_t len) const;
+
+  // Raw handles for the engine (the only data-path user).
+  fid_fabric* fabric_fid() const { return fabric_.get(); }
+  fid_ep* ep_fid() const { return ep_.get(); }
+  fid_cq* cq_fid() const { return cq_.get(); }
+  /// The CQ's wait fd, or -1 when the provider has none (shm, udp): poll then.
+  int cq_wait_fd() const { return cq_wait_fd_; }
+
+ private:
+  endpoint() = default;
+
+  // Declaration order = open order; destruction closes in reverse.
+  std::unique_ptr<fi_info, info_deleter> info_;
+  fid_ptr<fid_fabric> fabric_;
+  fid_ptr<fid_domain> domain_;
+  fid_ptr<fid_av> av_;
+  fid_ptr<fid_cq> cq_;
+  fid_ptr<fid_ep> ep_;
+  std::vector<fid_ptr<fid_mr>> mrs_;
+
+  std::vector<local_registration> registrations_;
+  std::vector<uint8_t> name_;
+  std::string provider_;
+  uint64_t max_msg_size_ = 0;
+  uint64_t tx_depth_ = 0;
+  uint64_t mr_mode_ = 0;
+  uint64_t next_key_ = 1;
+  int cq_wait_fd_ = -1;
+};
+
+/// A short description for logs: provider, mr_mode, depth, max message size.
+std::string summary(const endpoint& ep);
+
+} // namespace layerstream::fabric
