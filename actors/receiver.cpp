@@ -1,5 +1,7 @@
 #include "actors/receiver.hpp"
 
+#include <algorithm>
+
 #include <caf/sec.hpp>
 #include <caf/send.hpp>
 
@@ -7,31 +9,10 @@
 
 namespace layerstream {
 
-std::string to_string(room_state state) {
-  switch (state) {
-  case room_state::waiting:
-    return "waiting";
-  case room_state::transferring:
-    return "transferring";
-  case room_state::complete:
-    return "complete";
-  case room_state::failed:
-    return "failed";
-  }
-  return "unknown";
-}
-
-void receiver_message_types(caf::actor_system_config& cfg) {
-  cfg.add_message_type<open_room>("layerstream::open_room");
-  cfg.add_message_type<room_result>("layerstream::room_result");
-  cfg.add_message_type<close_room>("layerstream::close_room");
-  cfg.add_message_type<room_status_query>("layerstream::room_status_query");
-  cfg.add_message_type<room_status>("layerstream::room_status");
-}
-
 receiver_config make_receiver_config(const deployment_config& dep) {
   receiver_config cfg;
   cfg.room_timeout = dep.timeouts.room;
+  cfg.corrupt_rooms = dep.workload.corrupt_rooms;
   return cfg;
 }
 
@@ -224,6 +205,22 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
   info.dst_v_ptrs = pool.v_ptrs();
   info.item_lens = pool.item_lens();
   info.cp_size = cp;
+  // TESTING-ONLY fault hook (workload.corrupt_rooms, used by
+  // tests/process/bad_transfer_info.sh): move layer 0's K destination just
+  // past the end of the advertised region, so every write of that layer is
+  // out of range. The prefill side must refuse those writes and fail only
+  // this room; no byte outside the room may change. Never set in production.
+  if (std::find(st.cfg.corrupt_rooms.begin(), st.cfg.corrupt_rooms.end(), room) !=
+          st.cfg.corrupt_rooms.end() &&
+      !info.dst_k_ptrs.empty()) {
+    uint64_t end = 0;
+    for (const auto& region : info.decode.regions)
+      end = std::max(end, region.base + region.length);
+    info.dst_k_ptrs[0] = end;
+    LS_WARN("receiver: room {}: TEST HOOK workload.corrupt_rooms: transfer_info corrupted "
+            "(dst_k_ptrs[0] = {:#x}, past the advertised region's end)",
+            room, info.dst_k_ptrs[0]);
+  }
 
   auto& entry = st.rooms[room];
   entry.serial = st.next_serial++;

@@ -56,99 +56,6 @@
 
 namespace layerstream {
 
-/// decode driver -> receiver: stream `room`'s KV (`prompt_tokens` tokens)
-/// from every prefill rank into this rank's pool. Answered with room_result.
-struct open_room {
-  room_id room = 0;
-  uint64_t prompt_tokens = 0;
-  friend bool operator==(const open_room& a, const open_room& b) {
-    return a.room == b.room && a.prompt_tokens == b.prompt_tokens;
-  }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, open_room& x) {
-  return f(caf::meta::type_name("open_room"), x.room, x.prompt_tokens);
-}
-
-/// receiver -> decode driver (the answer to open_room) and -> the optional
-/// subscriber: a room finished, complete (status ok) or failed.
-struct room_result {
-  room_id room = 0;
-  caf::error status;
-  /// Bytes the prefill ranks reported writing (sum over the ranks that answered).
-  uint64_t bytes = 0;
-  /// True only if the pool's bytes were checked against kv_pattern and matched.
-  bool bit_exact = false;
-  /// Nanoseconds since the actor clock's (steady) epoch: open_room seen, room finished.
-  int64_t started_ns = 0;
-  int64_t finished_ns = 0;
-  friend bool operator==(const room_result& a, const room_result& b) {
-    return a.room == b.room && a.status == b.status && a.bytes == b.bytes &&
-           a.bit_exact == b.bit_exact && a.started_ns == b.started_ns &&
-           a.finished_ns == b.finished_ns;
-  }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, room_result& x) {
-  return f(caf::meta::type_name("room_result"), x.room, x.status, x.bytes, x.bit_exact,
-           x.started_ns, x.finished_ns);
-}
-
-/// decode driver -> receiver: decode consumed a finished room; release its
-/// pages. Answered with ok; unknown_room or bad_input (still in flight) otherwise.
-struct close_room {
-  room_id room = 0;
-  friend bool operator==(const close_room& a, const close_room& b) { return a.room == b.room; }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, close_room& x) {
-  return f(caf::meta::type_name("close_room"), x.room);
-}
-
-/// anyone -> receiver: where does `room` stand? Answered with room_status,
-/// or unknown_room.
-struct room_status_query {
-  room_id room = 0;
-  friend bool operator==(const room_status_query& a, const room_status_query& b) {
-    return a.room == b.room;
-  }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, room_status_query& x) {
-  return f(caf::meta::type_name("room_status_query"), x.room);
-}
-
-enum class room_state : uint8_t {
-  waiting,      // transfer_info sent, no rank has answered yet
-  transferring, // some ranks answered kv_ready{ok}, others not yet
-  complete,     // every rank answered ok (and the bytes matched)
-  failed,       // see the reason
-};
-
-std::string to_string(room_state state);
-
-/// receiver -> anyone, the answer to room_status_query.
-struct room_status {
-  room_id room = 0;
-  room_state state = room_state::waiting;
-  /// Why the room failed (describe() of its error); empty otherwise.
-  std::string reason;
-  friend bool operator==(const room_status& a, const room_status& b) {
-    return a.room == b.room && a.state == b.state && a.reason == b.reason;
-  }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, room_status& x) {
-  return f(caf::meta::type_name("room_status"), x.room, x.state, x.reason);
-}
-
-/// Registers the receiver's messages (to move into add_message_types later).
-void receiver_message_types(caf::actor_system_config& cfg);
 
 using receiver_actor = caf::typed_actor<caf::replies_to<open_room>::with<room_result>,
                                         caf::replies_to<room_status_query>::with<room_status>,
@@ -169,6 +76,9 @@ struct receiver_config {
   bool verify = true;
   /// Optional: gets a copy of every room_result (a room is ready to decode).
   caf::actor subscriber;
+  /// TESTING ONLY (workload.corrupt_rooms): rooms whose transfer_info gets a
+  /// dst_k_ptrs[0] past the end of the advertised region. Empty normally.
+  std::vector<room_id> corrupt_rooms;
 };
 
 /// receiver_config from the deployment file: timeouts.room; verify on.

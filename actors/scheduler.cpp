@@ -15,12 +15,6 @@ int64_t steady_ns() {
   return steady_ns(std::chrono::steady_clock::now());
 }
 
-void add_scheduler_message_types(caf::actor_system_config& cfg) {
-  cfg.add_message_type<batch_done>("layerstream::batch_done");
-  cfg.add_message_type<stats_query>("layerstream::stats_query");
-  cfg.add_message_type<scheduler_stats>("layerstream::scheduler_stats");
-}
-
 namespace {
 
 using self_ptr = scheduler_full_actor::stateful_pointer<scheduler_state>;

@@ -39,51 +39,6 @@
 
 namespace layerstream {
 
-/// forward thread -> scheduler: a batch's forward ended (steady-clock ns).
-struct batch_done {
-  uint64_t batch = 0;
-  int64_t start_ns = 0;
-  int64_t end_ns = 0;
-  friend bool operator==(const batch_done& a, const batch_done& b) {
-    return a.batch == b.batch && a.start_ns == b.start_ns && a.end_ns == b.end_ns;
-  }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, batch_done& x) {
-  return f(caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns);
-}
-
-struct stats_query {
-  friend bool operator==(const stats_query&, const stats_query&) { return true; }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, stats_query&) {
-  return f(caf::meta::type_name("stats_query"));
-}
-
-/// What one rank did so far.
-struct scheduler_stats {
-  uint64_t rooms_complete = 0;
-  uint64_t rooms_failed = 0;
-  uint64_t bytes = 0;
-  /// Per batch: forward time and exposed tail (forward end to the last byte
-  /// of the batch delivery-complete), ns.
-  std::vector<int64_t> forward_ns;
-  std::vector<int64_t> tail_ns;
-  friend bool operator==(const scheduler_stats& a, const scheduler_stats& b) {
-    return a.rooms_complete == b.rooms_complete && a.rooms_failed == b.rooms_failed &&
-           a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns;
-  }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
-  return f(caf::meta::type_name("scheduler_stats"), x.rooms_complete, x.rooms_failed, x.bytes,
-           x.forward_ns, x.tail_ns);
-}
-
 using scheduler_full_actor = scheduler_actor::extend<
   caf::reacts_to<batch_done>, caf::replies_to<stats_query>::with<scheduler_stats>>;
 
@@ -147,9 +102,6 @@ struct scheduler_state {
 scheduler_full_actor::behavior_type
 scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
                kv_pool* pool, transport_actor transport, manager_actor manager);
-
-/// Registers batch_done, stats_query and scheduler_stats.
-void add_scheduler_message_types(caf::actor_system_config& cfg);
 
 /// Nanoseconds of the steady clock (for timestamps in messages).
 int64_t steady_ns();

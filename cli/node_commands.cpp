@@ -39,7 +39,7 @@ std::optional<deployment_config> load(const std::string& path, config_role role,
 
 struct system_config : caf::actor_system_config {
   system_config(const deployment_config& dep, bool remoting) {
-    add_all_message_types(*this);
+    layerstream::add_message_types(*this); // qualified: the base class has a member template of that name
     set("logger.verbosity", caf::atom("quiet"));
     set("logger.console", caf::atom("none"));
     if (remoting) {

@@ -91,6 +91,11 @@ struct workload_config {
   /// Fraction (0..1) of decode pages allocated out of order, to exercise the
   /// run grouping (0 = every room gets one contiguous range when it can).
   double fragmentation = 0.3;
+  /// TESTING ONLY (fault injection, tests/process/bad_transfer_info.sh): the
+  /// decode receiver corrupts these rooms' transfer_info (dst_k_ptrs[0] moved
+  /// past the end of the advertised region), so that they must fail cleanly.
+  /// Empty (the default) in every real deployment.
+  std::vector<uint64_t> corrupt_rooms;
 };
 
 /// [cluster]

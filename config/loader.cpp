@@ -61,6 +61,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("max_tokens", c.workload.max_tokens);
   v.field("seed", c.workload.seed);
   v.field("fragmentation", c.workload.fragmentation);
+  v.field("corrupt_rooms", c.workload.corrupt_rooms); // TESTING ONLY: fault injection
   v.table("cluster");
   v.field("cp_size", c.cluster.cp_size);
   v.table("log");
@@ -359,6 +360,16 @@ class field_reader {
     out = std::move(result);
   }
 
+  void read(const toml::node& node, const std::string& key, std::vector<uint64_t>& out) const {
+    const auto* arr = node.as_array();
+    if (arr == nullptr)
+      type_error(node, key, "an array of non-negative integers");
+    std::vector<uint64_t> result(arr->size());
+    for (size_t i = 0; i < arr->size(); ++i)
+      read(*arr->get(i), key + "[" + std::to_string(i) + "]", result[i]);
+    out = std::move(result);
+  }
+
   // Durations: an integer count of the unit in the key name; validate()
   // refuses zero and negatives, so CLI overrides get the same check.
   template <class Rep, class Period>
@@ -406,6 +417,12 @@ class toml_writer {
     std::string out = "[";
     for (size_t i = 0; i < v.size(); ++i)
       out += (i == 0 ? "" : ", ") + quoted(v[i]);
+    return out + "]";
+  }
+  static std::string format(const std::vector<uint64_t>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i)
+      out += (i == 0 ? "" : ", ") + std::to_string(v[i]);
     return out + "]";
   }
   template <class Rep, class Period>

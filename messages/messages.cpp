@@ -2,6 +2,21 @@
 
 namespace layerstream {
 
+std::string to_string(room_state state) {
+  switch (state) {
+  case room_state::waiting:
+    return "waiting";
+  case room_state::transferring:
+    return "transferring";
+  case room_state::complete:
+    return "complete";
+  case room_state::failed:
+    return "failed";
+  }
+  return "unknown";
+}
+
+
 void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<remote_region>("layerstream::remote_region");
   cfg.add_message_type<fabric_peer>("layerstream::fabric_peer");
@@ -22,6 +37,14 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<finish_deadline>("layerstream::finish_deadline");
   cfg.add_message_type<transfer_info>("layerstream::transfer_info");
   cfg.add_message_type<kv_ready>("layerstream::kv_ready");
+  cfg.add_message_type<batch_done>("layerstream::batch_done");
+  cfg.add_message_type<stats_query>("layerstream::stats_query");
+  cfg.add_message_type<scheduler_stats>("layerstream::scheduler_stats");
+  cfg.add_message_type<open_room>("layerstream::open_room");
+  cfg.add_message_type<room_result>("layerstream::room_result");
+  cfg.add_message_type<close_room>("layerstream::close_room");
+  cfg.add_message_type<room_status_query>("layerstream::room_status_query");
+  cfg.add_message_type<room_status>("layerstream::room_status");
 }
 
 } // namespace layerstream

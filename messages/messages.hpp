@@ -260,6 +260,146 @@ typename Inspector::result_type inspect(Inspector& f, kv_ready& x) {
   return f(caf::meta::type_name("kv_ready"), x.room, x.cp_rank, x.status, x.bytes);
 }
 
+// -- scheduler (prefill rank) ------------------------------------------------
+
+/// forward thread -> scheduler: a batch's forward ended (steady-clock ns).
+struct batch_done {
+  uint64_t batch = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  friend bool operator==(const batch_done& a, const batch_done& b) {
+    return a.batch == b.batch && a.start_ns == b.start_ns && a.end_ns == b.end_ns;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_done& x) {
+  return f(caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns);
+}
+
+struct stats_query {
+  friend bool operator==(const stats_query&, const stats_query&) { return true; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stats_query&) {
+  return f(caf::meta::type_name("stats_query"));
+}
+
+/// What one rank did so far.
+struct scheduler_stats {
+  uint64_t rooms_complete = 0;
+  uint64_t rooms_failed = 0;
+  uint64_t bytes = 0;
+  /// Per batch: forward time and exposed tail (forward end to the last byte
+  /// of the batch delivery-complete), ns.
+  std::vector<int64_t> forward_ns;
+  std::vector<int64_t> tail_ns;
+  friend bool operator==(const scheduler_stats& a, const scheduler_stats& b) {
+    return a.rooms_complete == b.rooms_complete && a.rooms_failed == b.rooms_failed &&
+           a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
+  return f(caf::meta::type_name("scheduler_stats"), x.rooms_complete, x.rooms_failed, x.bytes,
+           x.forward_ns, x.tail_ns);
+}
+
+// -- receiver (decode rank) --------------------------------------------------
+
+/// decode driver -> receiver: stream `room`'s KV (`prompt_tokens` tokens)
+/// from every prefill rank into this rank's pool. Answered with room_result.
+struct open_room {
+  room_id room = 0;
+  uint64_t prompt_tokens = 0;
+  friend bool operator==(const open_room& a, const open_room& b) {
+    return a.room == b.room && a.prompt_tokens == b.prompt_tokens;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, open_room& x) {
+  return f(caf::meta::type_name("open_room"), x.room, x.prompt_tokens);
+}
+
+/// receiver -> decode driver (the answer to open_room) and -> the optional
+/// subscriber: a room finished, complete (status ok) or failed.
+struct room_result {
+  room_id room = 0;
+  caf::error status;
+  /// Bytes the prefill ranks reported writing (sum over the ranks that answered).
+  uint64_t bytes = 0;
+  /// True only if the pool's bytes were checked against kv_pattern and matched.
+  bool bit_exact = false;
+  /// Nanoseconds since the actor clock's (steady) epoch: open_room seen, room finished.
+  int64_t started_ns = 0;
+  int64_t finished_ns = 0;
+  friend bool operator==(const room_result& a, const room_result& b) {
+    return a.room == b.room && a.status == b.status && a.bytes == b.bytes &&
+           a.bit_exact == b.bit_exact && a.started_ns == b.started_ns &&
+           a.finished_ns == b.finished_ns;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_result& x) {
+  return f(caf::meta::type_name("room_result"), x.room, x.status, x.bytes, x.bit_exact,
+           x.started_ns, x.finished_ns);
+}
+
+/// decode driver -> receiver: decode consumed a finished room; release its
+/// pages. Answered with ok; unknown_room or bad_input (still in flight) otherwise.
+struct close_room {
+  room_id room = 0;
+  friend bool operator==(const close_room& a, const close_room& b) { return a.room == b.room; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, close_room& x) {
+  return f(caf::meta::type_name("close_room"), x.room);
+}
+
+/// anyone -> receiver: where does `room` stand? Answered with room_status,
+/// or unknown_room.
+struct room_status_query {
+  room_id room = 0;
+  friend bool operator==(const room_status_query& a, const room_status_query& b) {
+    return a.room == b.room;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_status_query& x) {
+  return f(caf::meta::type_name("room_status_query"), x.room);
+}
+
+enum class room_state : uint8_t {
+  waiting,      // transfer_info sent, no rank has answered yet
+  transferring, // some ranks answered kv_ready{ok}, others not yet
+  complete,     // every rank answered ok (and the bytes matched)
+  failed,       // see the reason
+};
+
+std::string to_string(room_state state);
+
+/// receiver -> anyone, the answer to room_status_query.
+struct room_status {
+  room_id room = 0;
+  room_state state = room_state::waiting;
+  /// Why the room failed (describe() of its error); empty otherwise.
+  std::string reason;
+  friend bool operator==(const room_status& a, const room_status& b) {
+    return a.room == b.room && a.state == b.state && a.reason == b.reason;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_status& x) {
+  return f(caf::meta::type_name("room_status"), x.room, x.state, x.reason);
+}
+
 /// Registers every message type above with `cfg`, under fixed names.
 void add_message_types(caf::actor_system_config& cfg);
 

@@ -9,12 +9,6 @@
 
 namespace layerstream {
 
-void add_all_message_types(caf::actor_system_config& cfg) {
-  add_message_types(cfg);
-  add_scheduler_message_types(cfg);
-  receiver_message_types(cfg);
-}
-
 caf::expected<std::unique_ptr<prefill_node>>
 prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank) {
   auto node = std::make_unique<prefill_node>();

@@ -26,9 +26,6 @@
 
 namespace layerstream {
 
-/// Registers every message type a layerstream process uses.
-void add_all_message_types(caf::actor_system_config& cfg);
-
 struct prefill_node {
   uint32_t cp_rank = 0;
   std::unique_ptr<kv_pool> pool;
