@@ -54,6 +54,9 @@ void on_submit_done(self_ptr self, uint32_t layer, caf::error status, uint64_t b
   auto& st = self->state;
   if (st.layers[layer] != layer_phase::submitted)
     return; // Already settled by the finish deadline.
+  if (st.cfg.trace)
+    st.cfg.trace->span("layer " + std::to_string(layer) + (status ? " failed" : ""), "transfer",
+                       st.cfg.rank, st.req.room, st.submitted_ns[layer], steady_ns());
   --st.outstanding;
   if (status) {
     st.layers[layer] = layer_phase::failed;
@@ -72,6 +75,11 @@ void on_event_ready(self_ptr self, const event_ready& msg) {
     return; // Duplicate or late (after the finish deadline): nothing to do.
   auto layer = msg.layer;
   --st.outstanding;
+  if (st.cfg.trace) {
+    st.cfg.trace->instant("event_ready " + std::to_string(layer), "event", st.cfg.rank,
+                          st.req.room, steady_ns());
+    st.submitted_ns[layer] = steady_ns();
+  }
   if (msg.status) {
     st.layers[layer] = layer_phase::failed;
     fail(self, msg.status);
@@ -112,6 +120,8 @@ context_actor::behavior_type context_impl(context_actor::stateful_pointer<contex
   init.req = std::move(req);
   init.transport = std::move(transport);
   init.cfg = cfg;
+  if (cfg.trace)
+    init.submitted_ns.assign(init.layers.size(), 0);
   if (auto err = validate(init.req.ptrs))
     fail(self, std::move(err));
   return {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/trace.hpp"
 #include "messages/messages.hpp"
 #include "transport/transport_protocol.hpp"
 
@@ -39,6 +40,10 @@ struct context_config {
   /// Deadline, counted from the first finish, for layers still waiting on
   /// their event or transport.
   caf::timespan finish_timeout = std::chrono::seconds(60);
+  /// Optional timeline (demo --trace): event ready and submit-to-done per layer.
+  std::shared_ptr<trace_recorder> trace;
+  /// The prefill rank, as the trace's process id.
+  uint32_t rank = 0;
 };
 
 /// Where one layer of this room stands.
@@ -68,6 +73,8 @@ struct context_state {
   std::vector<caf::typed_response_promise<finish_result>> finish_waiters;
   std::optional<finish_result> result;
   bool deadline_armed = false;
+  /// When each layer's submit went out (only kept while tracing).
+  std::vector<int64_t> submitted_ns;
 };
 
 context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,

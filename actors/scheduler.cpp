@@ -7,14 +7,6 @@
 
 namespace layerstream {
 
-int64_t steady_ns(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-int64_t steady_ns() {
-  return steady_ns(std::chrono::steady_clock::now());
-}
-
 namespace {
 
 using self_ptr = scheduler_full_actor::stateful_pointer<scheduler_state>;
@@ -79,6 +71,10 @@ void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error st
     if (!status)
       b->second.last_complete_ns = steady_ns();
     if (--b->second.unsettled == 0) {
+      if (st.cfg.trace && b->second.last_complete_ns > 0)
+        st.cfg.trace->span("exposed tail, batch " + std::to_string(batch_id), "tail",
+                           st.cfg.cp_rank, 1, b->second.forward_end_ns,
+                           b->second.last_complete_ns);
       if (b->second.last_complete_ns > 0)
         st.stats.tail_ns.push_back(
           std::max<int64_t>(0, b->second.last_complete_ns - b->second.forward_end_ns));
@@ -335,6 +331,8 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
         caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong),
                        batch_done{batch, steady_ns(timing.start), steady_ns(timing.end)});
     });
+  if (cfg.trace)
+    init.forward->set_trace(cfg.trace, cfg.cp_rank);
   return {
     [self](transfer_info& info) -> caf::result<kv_ready> {
       auto rp = self->make_response_promise<kv_ready>();

@@ -49,6 +49,8 @@ struct scheduler_config {
   uint32_t cp_rank = 0;
   uint32_t cp_size = 1;
   uint64_t pool_pages = 0;
+  /// Optional timeline (demo --trace).
+  std::shared_ptr<trace_recorder> trace;
 };
 
 /// One request on this rank.
@@ -103,8 +105,5 @@ scheduler_full_actor::behavior_type
 scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
                kv_pool* pool, transport_actor transport, manager_actor manager);
 
-/// Nanoseconds of the steady clock (for timestamps in messages).
-int64_t steady_ns();
-int64_t steady_ns(std::chrono::steady_clock::time_point t);
 
 } // namespace layerstream

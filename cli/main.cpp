@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                "libfabric provider: tcp;ofi_rxm, net, shm, sockets");
   add_optional(demo, "--log-level", demo_opts.log_level, "trace, debug, info, warn, error, off");
   demo->add_option("--json", demo_opts.json_path, "write the report as JSON to this file");
-  demo->add_option("--trace", demo_opts.trace_path, "write a Chrome trace (not built yet)");
+  demo->add_option("--trace", demo_opts.trace_path, "write the run's timeline as Chrome trace JSON (Perfetto)");
 
   std::string prefill_config;
   std::optional<std::string> prefill_log;

@@ -128,8 +128,9 @@ int run_demo(const demo_options& opts) {
   if (!cfg)
     return 2;
   apply_log_level(*cfg, opts.log_level);
+  std::shared_ptr<trace_recorder> trace;
   if (!opts.trace_path.empty())
-    std::cerr << "layerstream demo: --trace is not built yet; no trace written\n";
+    trace = std::make_shared<trace_recorder>();
   system_config scfg{*cfg, false};
   caf::actor_system sys{scfg};
   std::vector<std::unique_ptr<prefill_node>> prefill;
@@ -137,7 +138,7 @@ int run_demo(const demo_options& opts) {
   int rc = 1;
   std::unique_ptr<decode_node> decode;
   for (uint32_t r = 0; r < cfg->cluster.cp_size; ++r) {
-    auto node = prefill_node::start(sys, *cfg, r);
+    auto node = prefill_node::start(sys, *cfg, r, trace);
     if (!node) {
       std::cerr << "layerstream demo: prefill rank " << r << ": " << describe(node.error())
                 << "\n";
@@ -174,6 +175,13 @@ int run_demo(const demo_options& opts) {
   sys.await_all_actors_done();
   if (decode)
     decode->target->close();
+  if (trace) {
+    if (!trace->write(opts.trace_path)) {
+      std::cerr << "layerstream demo: cannot write " << opts.trace_path << "\n";
+      return 1;
+    }
+    std::cout << "  trace: " << trace->size() << " events in " << opts.trace_path << "\n";
+  }
   return rc;
 }
 

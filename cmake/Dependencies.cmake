@@ -8,7 +8,7 @@ find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric>=1.17)
-pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus>=3)
+find_path(TOMLPP_INCLUDE_DIR toml++/toml.h REQUIRED) # used header-only (config/CMakeLists.txt)
 
 # CAF 0.17.6 ships no CMake config and no pkg-config file.
 if(LAYERSTREAM_CAF_ROOT)

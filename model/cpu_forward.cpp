@@ -42,6 +42,12 @@ void cpu_forward::stop() {
     thread_.join();
 }
 
+void cpu_forward::set_trace(std::shared_ptr<trace_recorder> trace, uint32_t pid) {
+  std::lock_guard<std::mutex> guard{mtx_}; // published to the forward thread by the queue's lock
+  trace_ = std::move(trace);
+  trace_pid_ = pid;
+}
+
 void cpu_forward::loop() {
   for (;;) {
     forward_batch batch;
@@ -62,12 +68,15 @@ void cpu_forward::execute(const forward_batch& batch) {
   timing.start = std::chrono::steady_clock::now();
   timing.layer_written.reserve(pool_.layers());
   for (uint32_t layer = 0; layer < pool_.layers(); ++layer) {
+    auto t0 = steady_ns();
     spin_for(layer_compute_);
     for (auto& item : batch.items)
       pool_.write_layer(item.room, layer, item.pages, item.first_token, item.last_token,
                         item.prompt_tokens);
     timing.layer_written.push_back(std::chrono::steady_clock::now());
     notify_(layer);
+    if (trace_)
+      trace_->span("compute " + std::to_string(layer), "forward", trace_pid_, 0, t0, steady_ns());
   }
   timing.end = std::chrono::steady_clock::now();
   done_(batch.id, std::move(timing));

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/trace.hpp"
 #include "model/kv_pool.hpp"
 
 namespace layerstream {
@@ -65,6 +66,9 @@ class cpu_forward {
   /// Finishes the running batch, drops queued ones, joins the thread.
   void stop();
 
+  /// Records compute spans into `trace` as process `pid`; call before run().
+  void set_trace(std::shared_ptr<trace_recorder> trace, uint32_t pid);
+
  private:
   void loop();
   void execute(const forward_batch& batch);
@@ -77,6 +81,8 @@ class cpu_forward {
   std::condition_variable cv_;
   std::deque<forward_batch> queue_;
   bool stopping_ = false;
+  std::shared_ptr<trace_recorder> trace_;
+  uint32_t trace_pid_ = 0;
   std::thread thread_;
 };
 

@@ -10,7 +10,8 @@
 namespace layerstream {
 
 caf::expected<std::unique_ptr<prefill_node>>
-prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank) {
+prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank,
+                    std::shared_ptr<trace_recorder> trace) {
   auto node = std::make_unique<prefill_node>();
   node->cp_rank = cp_rank;
   auto pool = kv_pool::create(cfg.model, cfg.prefill.pool_pages);
@@ -30,6 +31,8 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   mcfg.context.submit_timeout = cfg.timeouts.submit;
   mcfg.context.finish_timeout = cfg.timeouts.room;
   mcfg.finish_request_timeout = cfg.timeouts.room + cfg.timeouts.submit;
+  mcfg.context.trace = trace;
+  mcfg.context.rank = cp_rank;
   node->manager = sys.spawn(manager_impl, submit_sink{node->transport}, mcfg);
   scheduler_config scfg;
   scfg.model = cfg.model;
@@ -38,6 +41,9 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   scfg.cp_rank = cp_rank;
   scfg.cp_size = cfg.cluster.cp_size;
   scfg.pool_pages = cfg.prefill.pool_pages;
+  scfg.trace = trace;
+  if (trace)
+    trace->name_process(cp_rank, "prefill rank " + std::to_string(cp_rank));
   node->scheduler =
     sys.spawn(scheduler_impl, scfg, node->pool.get(), node->transport, node->manager);
   LS_INFO("prefill rank {}/{}: pool {} pages x {} B, provider '{}'", cp_rank,

@@ -33,8 +33,10 @@ struct prefill_node {
   manager_actor manager;
   scheduler_full_actor scheduler;
 
+  /// `trace` (optional) records this rank's timeline.
   static caf::expected<std::unique_ptr<prefill_node>>
-  start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank);
+  start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank,
+        std::shared_ptr<trace_recorder> trace = nullptr);
   void stop();
 };
 

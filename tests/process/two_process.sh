@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One prefill process + one decode process on 127.0.0.1 over PROVIDER ($2,
+# default tcp;ofi_rxm): the decode exits 0 and its JSON report says every
+# room (random prompt lengths, fragmented pages) completed bit-exactly.
+# Usage: two_process.sh LAYERSTREAM [PROVIDER]   (exit 77: provider missing)
+PROVIDER=${2:-tcp;ofi_rxm}
+ROOMS=${ROOMS:-12}
+source "$(dirname "$0")/lib.sh" "$@"
+
+require_provider "$PROVIDER"
+start_prefill 0 PF_PID PF_PORT
+t=$(now)
+start_decode decode "$PF_PORT"
+wait_exit "$DECODE_PID" 40
+log "decode exit $EXIT_CODE after $(since "$t") s"
+[ "$EXIT_CODE" -eq 0 ] || fail "decode exited $EXIT_CODE, expected 0"
+json_check "$TMP/decode.json" "$ALL_EXACT and r['provider'] == '$PROVIDER'" ||
+  fail "report is not all rooms bit-exact"
+grep -q "rooms complete, bit-exact" "$TMP/decode.log" || fail "decode's printed summary does not say bit-exact"
+stop_prefill "$PF_PID" 0
+exit $FAILED
