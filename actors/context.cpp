@@ -76,8 +76,8 @@ void on_event_ready(self_ptr self, const event_ready& msg) {
   auto layer = msg.layer;
   --st.outstanding;
   if (st.cfg.trace) {
-    st.cfg.trace->instant("event_ready " + std::to_string(layer), "event", st.cfg.rank,
-                          st.req.room, steady_ns());
+    st.cfg.trace->instant("event_ready " + std::to_string(layer), "event", st.cfg.rank, st.req.room,
+                          steady_ns());
     st.submitted_ns[layer] = steady_ns();
   }
   if (msg.status) {
@@ -94,17 +94,17 @@ void on_event_ready(self_ptr self, const event_ready& msg) {
       st.layers[layer] = layer_phase::submitted;
       ++st.outstanding;
       self->request(st.transport, st.cfg.submit_timeout, std::move(req))
-        .then(
-          [self, layer](const submit_done& done) {
-            on_submit_done(self, layer, done.status, done.bytes);
-          },
-          [self, layer](caf::error& request_err) {
-            on_submit_done(self, layer,
-                           make_error(lserr::transfer_failed,
-                                      "submit of layer " + std::to_string(layer) + ": " +
-                                        describe(request_err)),
-                           0);
-          });
+          .then(
+              [self, layer](const submit_done& done) {
+                on_submit_done(self, layer, done.status, done.bytes);
+              },
+              [self, layer](caf::error& request_err) {
+                on_submit_done(self, layer,
+                               make_error(lserr::transfer_failed, "submit of layer " +
+                                                                      std::to_string(layer) + ": " +
+                                                                      describe(request_err)),
+                               0);
+              });
     }
   }
   try_answer(self);
@@ -125,71 +125,73 @@ context_actor::behavior_type context_impl(context_actor::stateful_pointer<contex
   if (auto err = validate(init.req.ptrs))
     fail(self, std::move(err));
   return {
-    [self](const layer_end& msg) {
-      auto& st = self->state;
-      if (msg.layer >= st.layers.size()) {
-        fail(self, make_error(lserr::bad_layer, "layer_end for layer " + std::to_string(msg.layer) +
-                                                  " of " + std::to_string(st.layers.size())));
-        return;
-      }
-      auto& phase = st.layers[msg.layer];
-      if (phase != layer_phase::idle)
-        return; // Idempotent: a layer is handled once.
-      if (st.req.plan.empty()) {
-        phase = layer_phase::empty;
-        return;
-      }
-      if (st.failure) {
-        phase = layer_phase::cancelled;
-        return;
-      }
-      if (!msg.event) {
-        phase = layer_phase::failed;
-        fail(self, make_error(lserr::event_failed,
-                              "layer_end for layer " + std::to_string(msg.layer) + " has no event"));
-        return;
-      }
-      phase = layer_phase::waiting_event;
-      ++st.outstanding;
-      // The callback may run on any thread; it only sends a message.
-      auto me = caf::actor_cast<context_actor>(self);
-      auto layer = msg.layer;
-      msg.event->on_complete([me, layer](const caf::error& status) {
-        caf::anon_send(me, event_ready{layer, status});
-      });
-    },
-    [self](const event_ready& msg) { on_event_ready(self, msg); },
-    [self](const finish&) -> caf::result<finish_result> {
-      auto& st = self->state;
-      if (st.result)
-        return *st.result;
-      auto rp = self->make_response_promise<finish_result>();
-      st.finish_waiters.push_back(rp);
-      if (st.outstanding > 0 && !st.deadline_armed) {
-        st.deadline_armed = true;
-        self->delayed_send(self, st.cfg.finish_timeout, finish_deadline{});
-      }
-      try_answer(self);
-      return rp;
-    },
-    [self](const finish_deadline&) {
-      auto& st = self->state;
-      if (st.outstanding == 0)
-        return;
-      std::string stuck;
-      for (size_t i = 0; i < st.layers.size(); ++i) {
-        auto& phase = st.layers[i];
-        if (phase == layer_phase::waiting_event || phase == layer_phase::submitted) {
-          stuck += (stuck.empty() ? "" : ", ") + std::to_string(i) +
-                   (phase == layer_phase::waiting_event ? " (event)" : " (submit)");
-          phase = layer_phase::failed;
+      [self](const layer_end& msg) {
+        auto& st = self->state;
+        if (msg.layer >= st.layers.size()) {
+          fail(self,
+               make_error(lserr::bad_layer, "layer_end for layer " + std::to_string(msg.layer) +
+                                                " of " + std::to_string(st.layers.size())));
+          return;
         }
-      }
-      st.outstanding = 0;
-      fail(self, make_error(lserr::timeout, "layers still outstanding at the finish deadline: " +
-                                              stuck));
-      try_answer(self);
-    },
+        auto& phase = st.layers[msg.layer];
+        if (phase != layer_phase::idle)
+          return; // Idempotent: a layer is handled once.
+        if (st.req.plan.empty()) {
+          phase = layer_phase::empty;
+          return;
+        }
+        if (st.failure) {
+          phase = layer_phase::cancelled;
+          return;
+        }
+        if (!msg.event) {
+          phase = layer_phase::failed;
+          fail(self,
+               make_error(lserr::event_failed,
+                          "layer_end for layer " + std::to_string(msg.layer) + " has no event"));
+          return;
+        }
+        phase = layer_phase::waiting_event;
+        ++st.outstanding;
+        // The callback may run on any thread; it only sends a message.
+        auto me = caf::actor_cast<context_actor>(self);
+        auto layer = msg.layer;
+        msg.event->on_complete([me, layer](const caf::error& status) {
+          caf::anon_send(me, event_ready{layer, status});
+        });
+      },
+      [self](const event_ready& msg) { on_event_ready(self, msg); },
+      [self](const finish&) -> caf::result<finish_result> {
+        auto& st = self->state;
+        if (st.result)
+          return *st.result;
+        auto rp = self->make_response_promise<finish_result>();
+        st.finish_waiters.push_back(rp);
+        if (st.outstanding > 0 && !st.deadline_armed) {
+          st.deadline_armed = true;
+          self->delayed_send(self, st.cfg.finish_timeout, finish_deadline{});
+        }
+        try_answer(self);
+        return rp;
+      },
+      [self](const finish_deadline&) {
+        auto& st = self->state;
+        if (st.outstanding == 0)
+          return;
+        std::string stuck;
+        for (size_t i = 0; i < st.layers.size(); ++i) {
+          auto& phase = st.layers[i];
+          if (phase == layer_phase::waiting_event || phase == layer_phase::submitted) {
+            stuck += (stuck.empty() ? "" : ", ") + std::to_string(i) +
+                     (phase == layer_phase::waiting_event ? " (event)" : " (submit)");
+            phase = layer_phase::failed;
+          }
+        }
+        st.outstanding = 0;
+        fail(self, make_error(lserr::timeout,
+                              "layers still outstanding at the finish deadline: " + stuck));
+        try_answer(self);
+      },
   };
 }
 

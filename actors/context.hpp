@@ -31,8 +31,8 @@
 namespace layerstream {
 
 using context_actor =
-  caf::typed_actor<caf::reacts_to<layer_end>, caf::reacts_to<event_ready>,
-                   caf::replies_to<finish>::with<finish_result>, caf::reacts_to<finish_deadline>>;
+    caf::typed_actor<caf::reacts_to<layer_end>, caf::reacts_to<event_ready>,
+                     caf::replies_to<finish>::with<finish_result>, caf::reacts_to<finish_deadline>>;
 
 struct context_config {
   /// Deadline of one submit (its request to the transport).

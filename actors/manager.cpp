@@ -57,65 +57,65 @@ manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manage
   self->state.transport = std::move(transport);
   self->state.cfg = cfg;
   return {
-    [self](setup& msg) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      // Check the whole batch first: a bad batch activates nothing.
-      std::unordered_map<room_id, bool> seen;
-      for (auto& req : msg.batch) {
-        if (st.index_of.count(req.room) > 0 || !seen.emplace(req.room, true).second)
-          return make_error(lserr::duplicate_room,
-                            "setup: room " + std::to_string(req.room) + " is already active");
-        if (auto err = validate(req.ptrs))
-          return make_error(lserr::bad_input,
-                            "setup: room " + std::to_string(req.room) + ": " + describe(err));
-      }
-      st.active.reserve(st.active.size() + msg.batch.size());
-      for (auto& req : msg.batch) {
-        auto room = req.room;
-        st.finished.erase(room); // A room id reused by a new request starts afresh.
-        auto ctx = self->spawn<caf::linked>(context_impl, std::move(req), st.transport,
-                                            st.cfg.context);
-        st.index_of.emplace(room, st.active.size());
-        st.active.push_back({room, std::move(ctx)});
-      }
-      LS_DEBUG("manager: setup of {} rooms, {} active", msg.batch.size(), st.active.size());
-      return caf::ok_atom::value;
-    },
-    [self](const layer_end& msg) {
-      for (auto& entry : self->state.active)
-        self->send(entry.ctx, msg);
-    },
-    [self](const finish& msg) -> caf::result<finish_result> {
-      auto& st = self->state;
-      if (auto i = st.finished.find(msg.room); i != st.finished.end())
-        return i->second;
-      auto rp = self->make_response_promise<finish_result>();
-      if (auto i = st.finishing.find(msg.room); i != st.finishing.end()) {
-        i->second.push_back(rp); // A finish is already on its way to the context.
+      [self](setup& msg) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        // Check the whole batch first: a bad batch activates nothing.
+        std::unordered_map<room_id, bool> seen;
+        for (auto& req : msg.batch) {
+          if (st.index_of.count(req.room) > 0 || !seen.emplace(req.room, true).second)
+            return make_error(lserr::duplicate_room,
+                              "setup: room " + std::to_string(req.room) + " is already active");
+          if (auto err = validate(req.ptrs))
+            return make_error(lserr::bad_input,
+                              "setup: room " + std::to_string(req.room) + ": " + describe(err));
+        }
+        st.active.reserve(st.active.size() + msg.batch.size());
+        for (auto& req : msg.batch) {
+          auto room = req.room;
+          st.finished.erase(room); // A room id reused by a new request starts afresh.
+          auto ctx =
+              self->spawn<caf::linked>(context_impl, std::move(req), st.transport, st.cfg.context);
+          st.index_of.emplace(room, st.active.size());
+          st.active.push_back({room, std::move(ctx)});
+        }
+        LS_DEBUG("manager: setup of {} rooms, {} active", msg.batch.size(), st.active.size());
+        return caf::ok_atom::value;
+      },
+      [self](const layer_end& msg) {
+        for (auto& entry : self->state.active)
+          self->send(entry.ctx, msg);
+      },
+      [self](const finish& msg) -> caf::result<finish_result> {
+        auto& st = self->state;
+        if (auto i = st.finished.find(msg.room); i != st.finished.end())
+          return i->second;
+        auto rp = self->make_response_promise<finish_result>();
+        if (auto i = st.finishing.find(msg.room); i != st.finishing.end()) {
+          i->second.push_back(rp); // A finish is already on its way to the context.
+          return rp;
+        }
+        auto i = st.index_of.find(msg.room);
+        if (i == st.index_of.end()) {
+          rp.deliver(finish_result{
+              msg.room,
+              make_error(lserr::unknown_room,
+                         "finish: room " + std::to_string(msg.room) + " was never set up"),
+              0, 0});
+          return rp;
+        }
+        st.finishing[msg.room].push_back(rp);
+        auto room = msg.room;
+        self->request(st.active[i->second].ctx, st.cfg.finish_request_timeout, msg)
+            .then([self](const finish_result& res) { settle(self, res); },
+                  [self, room](caf::error& err) {
+                    settle(self, finish_result{
+                                     room,
+                                     make_error(lserr::timeout,
+                                                "finish: context did not answer: " + describe(err)),
+                                     0, 0});
+                  });
         return rp;
-      }
-      auto i = st.index_of.find(msg.room);
-      if (i == st.index_of.end()) {
-        rp.deliver(finish_result{msg.room,
-                                 make_error(lserr::unknown_room,
-                                            "finish: room " + std::to_string(msg.room) +
-                                              " was never set up"),
-                                 0, 0});
-        return rp;
-      }
-      st.finishing[msg.room].push_back(rp);
-      auto room = msg.room;
-      self->request(st.active[i->second].ctx, st.cfg.finish_request_timeout, msg)
-        .then([self](const finish_result& res) { settle(self, res); },
-              [self, room](caf::error& err) {
-                settle(self, finish_result{room,
-                                           make_error(lserr::timeout,
-                                                      "finish: context did not answer: " +
-                                                        describe(err)),
-                                           0, 0});
-              });
-      return rp;
-    },
+      },
   };
 }
 

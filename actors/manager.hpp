@@ -29,9 +29,9 @@
 
 namespace layerstream {
 
-using manager_actor = caf::typed_actor<caf::replies_to<setup>::with<caf::ok_atom>,
-                                       caf::reacts_to<layer_end>,
-                                       caf::replies_to<finish>::with<finish_result>>;
+using manager_actor =
+    caf::typed_actor<caf::replies_to<setup>::with<caf::ok_atom>, caf::reacts_to<layer_end>,
+                     caf::replies_to<finish>::with<finish_result>>;
 
 struct manager_config {
   context_config context;

@@ -5,7 +5,7 @@
 namespace layerstream {
 
 layer_notifier::layer_notifier(manager_actor manager, event_source& events, stream_handle stream)
-  : manager_(std::move(manager)), events_(events), stream_(stream) {
+    : manager_(std::move(manager)), events_(events), stream_(stream) {
   // nop
 }
 

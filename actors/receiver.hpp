@@ -56,7 +56,6 @@
 
 namespace layerstream {
 
-
 using receiver_actor = caf::typed_actor<caf::replies_to<open_room>::with<room_result>,
                                         caf::replies_to<room_status_query>::with<room_status>,
                                         caf::replies_to<close_room>::with<caf::ok_atom>>;

@@ -73,11 +73,10 @@ void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error st
     if (--b->second.unsettled == 0) {
       if (st.cfg.trace && b->second.last_complete_ns > 0)
         st.cfg.trace->span("exposed tail, batch " + std::to_string(batch_id), "tail",
-                           st.cfg.cp_rank, 1, b->second.forward_end_ns,
-                           b->second.last_complete_ns);
+                           st.cfg.cp_rank, 1, b->second.forward_end_ns, b->second.last_complete_ns);
       if (b->second.last_complete_ns > 0)
         st.stats.tail_ns.push_back(
-          std::max<int64_t>(0, b->second.last_complete_ns - b->second.forward_end_ns));
+            std::max<int64_t>(0, b->second.last_complete_ns - b->second.forward_end_ns));
       st.batches.erase(b);
     }
   }
@@ -121,20 +120,20 @@ void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
       continue;
     }
     self->request(st.transport, st.cfg.timeouts.submit, std::move(msg))
-      .then(
-        [self, batch_id, room, p](const submit_done& done) {
-          if (done.status && !p->status)
-            p->status = done.status;
-          p->bytes += done.status ? 0 : done.bytes;
-          if (--p->left == 0)
-            chunk_settled(self, batch_id, room, p->status, p->bytes);
-        },
-        [self, batch_id, room, p](caf::error& err) {
-          if (!p->status)
-            p->status = make_error(lserr::transfer_failed, "bulk submit: " + describe(err));
-          if (--p->left == 0)
-            chunk_settled(self, batch_id, room, p->status, p->bytes);
-        });
+        .then(
+            [self, batch_id, room, p](const submit_done& done) {
+              if (done.status && !p->status)
+                p->status = done.status;
+              p->bytes += done.status ? 0 : done.bytes;
+              if (--p->left == 0)
+                chunk_settled(self, batch_id, room, p->status, p->bytes);
+            },
+            [self, batch_id, room, p](caf::error& err) {
+              if (!p->status)
+                p->status = make_error(lserr::transfer_failed, "bulk submit: " + describe(err));
+              if (--p->left == 0)
+                chunk_settled(self, batch_id, room, p->status, p->bytes);
+            });
   }
 }
 
@@ -158,14 +157,14 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
     auto& rs = i->second;
     if (rs.per_layer) {
       self->request(st.manager, st.cfg.timeouts.room, finish{room})
-        .then(
-          [self, batch = msg.batch, room](const finish_result& res) {
-            chunk_settled(self, batch, room, res.status, res.bytes);
-          },
-          [self, batch = msg.batch, room](caf::error& err) {
-            chunk_settled(self, batch, room,
-                          make_error(lserr::transfer_failed, "finish: " + describe(err)), 0);
-          });
+          .then(
+              [self, batch = msg.batch, room](const finish_result& res) {
+                chunk_settled(self, batch, room, res.status, res.bytes);
+              },
+              [self, batch = msg.batch, room](caf::error& err) {
+                chunk_settled(self, batch, room,
+                              make_error(lserr::transfer_failed, "finish: " + describe(err)), 0);
+              });
     } else {
       auto [first, last] = chunks[k];
       auto ps = st.cfg.model.page_size;
@@ -174,9 +173,9 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
       std::vector<uint64_t> src(rs.src_pages.begin() + p0, rs.src_pages.begin() + p1);
       std::vector<uint64_t> dst(rs.info.dst_pages.begin() + p0, rs.info.dst_pages.begin() + p1);
       auto plan = make_transfer_plan(
-        src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
-      kv_pointers ptrs{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(),
-                       rs.info.dst_v_ptrs, rs.info.item_lens};
+          src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
+      kv_pointers ptrs{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(), rs.info.dst_v_ptrs,
+                       rs.info.item_lens};
       if (!plan)
         chunk_settled(self, msg.batch, room, plan.error(), 0);
       else
@@ -222,7 +221,7 @@ void try_start_batch(self_ptr self) {
       std::vector<uint64_t> src(rs.src_pages.begin() + p0, rs.src_pages.begin() + p1);
       std::vector<uint64_t> dst(rs.info.dst_pages.begin() + p0, rs.info.dst_pages.begin() + p1);
       auto plan = make_transfer_plan(
-        src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
+          src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
       if (!plan) {
         // Cannot happen for a checked transfer_info; fail the room, not the batch.
         bs.rooms.pop_back();
@@ -232,10 +231,10 @@ void try_start_batch(self_ptr self) {
         settle_room(self, room, plan.error());
         continue;
       }
-      msg.batch.push_back(request_transfer{
-        room, rs.peer, std::move(*plan),
-        kv_pointers{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(),
-                    rs.info.dst_v_ptrs, rs.info.item_lens}});
+      msg.batch.push_back(
+          request_transfer{room, rs.peer, std::move(*plan),
+                           kv_pointers{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(),
+                                       rs.info.dst_v_ptrs, rs.info.item_lens}});
     }
   }
   if (bs.rooms.empty())
@@ -246,19 +245,20 @@ void try_start_batch(self_ptr self) {
   // The forward starts only once the manager holds the contexts, so no
   // layer_end can arrive before its contexts exist.
   self->request(st.manager, st.cfg.timeouts.room, std::move(msg))
-    .then([self, fb = std::move(fb)](caf::ok_atom) mutable { self->state.forward->run(std::move(fb)); },
-          [self, batch_id](caf::error& err) {
-            auto& s = self->state;
-            s.forward_busy = false;
-            auto b = s.batches.find(batch_id);
-            if (b == s.batches.end())
-              return;
-            auto rooms = b->second.rooms;
-            s.batches.erase(b);
-            for (auto room : rooms)
-              settle_room(self, room, make_error(lserr::bad_input, "setup: " + describe(err)));
-            try_start_batch(self);
-          });
+      .then([self,
+             fb = std::move(fb)](caf::ok_atom) mutable { self->state.forward->run(std::move(fb)); },
+            [self, batch_id](caf::error& err) {
+              auto& s = self->state;
+              s.forward_busy = false;
+              auto b = s.batches.find(batch_id);
+              if (b == s.batches.end())
+                return;
+              auto rooms = b->second.rooms;
+              s.batches.erase(b);
+              for (auto room : rooms)
+                settle_room(self, room, make_error(lserr::bad_input, "setup: " + describe(err)));
+              try_start_batch(self);
+            });
 }
 
 void on_transfer_info(self_ptr self, transfer_info& info,
@@ -271,8 +271,8 @@ void on_transfer_info(self_ptr self, transfer_info& info,
     rp.deliver(kv_ready{room, st.cfg.cp_rank, std::move(err), 0});
   };
   if (st.rooms.count(room) > 0)
-    return refuse(make_error(lserr::duplicate_room, "room " + std::to_string(room) +
-                                                      " is already on this rank"));
+    return refuse(make_error(lserr::duplicate_room,
+                             "room " + std::to_string(room) + " is already on this rank"));
   if (auto err = check_info(st, info))
     return refuse(std::move(err));
   const auto total_pages = info.dst_pages.size();
@@ -289,25 +289,25 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   rs.owned_pages = std::move(*pages);
   rs.owned = *owned;
   rs.per_layer =
-    st.cfg.transfer.per_layer && info.prompt_tokens >= st.cfg.transfer.per_layer_min_tokens;
+      st.cfg.transfer.per_layer && info.prompt_tokens >= st.cfg.transfer.per_layer_min_tokens;
   rs.promise = rp;
   rs.info = std::move(info);
   auto peer = rs.info.decode;
   st.rooms.emplace(room, std::move(rs));
   self->request(st.transport, st.cfg.timeouts.room, connect_peer{std::move(peer)})
-    .then(
-      [self, room](peer_id id) {
-        auto i = self->state.rooms.find(room);
-        if (i == self->state.rooms.end())
-          return;
-        i->second.peer = id;
-        self->state.queue.push_back(room);
-        try_start_batch(self);
-      },
-      [self, room](caf::error& err) {
-        settle_room(self, room,
-                    make_error(lserr::peer_lost, "connect to decode: " + describe(err)));
-      });
+      .then(
+          [self, room](peer_id id) {
+            auto i = self->state.rooms.find(room);
+            if (i == self->state.rooms.end())
+              return;
+            i->second.peer = id;
+            self->state.queue.push_back(room);
+            try_start_batch(self);
+          },
+          [self, room](caf::error& err) {
+            settle_room(self, room,
+                        make_error(lserr::peer_lost, "connect to decode: " + describe(err)));
+          });
 }
 
 } // namespace
@@ -325,22 +325,22 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
   // the scheduler alive.
   caf::weak_actor_ptr weak_self{caf::actor_cast<caf::strong_actor_ptr>(self).get()};
   init.forward = std::make_unique<cpu_forward>(
-    *pool, cfg.model.layer_compute, layer_notifier{manager, init.events},
-    [weak_self](uint64_t batch, forward_timing timing) {
-      if (auto strong = weak_self.lock())
-        caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong),
-                       batch_done{batch, steady_ns(timing.start), steady_ns(timing.end)});
-    });
+      *pool, cfg.model.layer_compute, layer_notifier{manager, init.events},
+      [weak_self](uint64_t batch, forward_timing timing) {
+        if (auto strong = weak_self.lock())
+          caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong),
+                         batch_done{batch, steady_ns(timing.start), steady_ns(timing.end)});
+      });
   if (cfg.trace)
     init.forward->set_trace(cfg.trace, cfg.cp_rank);
   return {
-    [self](transfer_info& info) -> caf::result<kv_ready> {
-      auto rp = self->make_response_promise<kv_ready>();
-      on_transfer_info(self, info, rp);
-      return rp;
-    },
-    [self](const batch_done& msg) { on_batch_done(self, msg); },
-    [self](const stats_query&) { return self->state.stats; },
+      [self](transfer_info& info) -> caf::result<kv_ready> {
+        auto rp = self->make_response_promise<kv_ready>();
+        on_transfer_info(self, info, rp);
+        return rp;
+      },
+      [self](const batch_done& msg) { on_batch_done(self, msg); },
+      [self](const stats_query&) { return self->state.stats; },
   };
 }
 

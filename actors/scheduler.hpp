@@ -39,8 +39,9 @@
 
 namespace layerstream {
 
-using scheduler_full_actor = scheduler_actor::extend<
-  caf::reacts_to<batch_done>, caf::replies_to<stats_query>::with<scheduler_stats>>;
+using scheduler_full_actor =
+    scheduler_actor::extend<caf::reacts_to<batch_done>,
+                            caf::replies_to<stats_query>::with<scheduler_stats>>;
 
 struct scheduler_config {
   model_config model;
@@ -104,6 +105,5 @@ struct scheduler_state {
 scheduler_full_actor::behavior_type
 scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
                kv_pool* pool, transport_actor transport, manager_actor manager);
-
 
 } // namespace layerstream

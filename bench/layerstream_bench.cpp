@@ -66,8 +66,8 @@ void BM_Notifier(benchmark::State& state) {
     batch.batch.push_back(std::move(req));
   }
   self->request(mgr, std::chrono::seconds(10), std::move(batch))
-    .receive([](caf::ok_atom) {},
-             [&](caf::error& err) { state.SkipWithError(describe(err).c_str()); });
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& err) { state.SkipWithError(describe(err).c_str()); });
   completed_event_source events;
   layer_notifier notify{mgr, events};
   uint32_t layer = 0;
@@ -83,7 +83,7 @@ void BM_Notifier(benchmark::State& state) {
     // so the mailbox does not grow without bound. The manager answers this
     // only after it handled the layer_end (mailboxes are FIFO).
     self->request(mgr, std::chrono::seconds(10), finish{~room_id{0}})
-      .receive([](finish_result&) {}, [](caf::error&) {});
+        .receive([](finish_result&) {}, [](caf::error&) {});
     // Then "compute" for one short layer (spin, as a forward thread would,
     // not sleep) while the contexts take their copies on the other core. The
     // same pause for every N: the call's cost depends on how long the
@@ -133,8 +133,8 @@ void verify(const std::vector<block>& blocks, const std::vector<uint64_t>& src,
       item = p.item_lens[p.layers() + layer];
     }
     for (uint64_t off = 0; off < b.len; off += item, ++i) {
-      uint64_t base_src = i < src.size() && b.src >= p.src_v[layer] ? p.src_v[layer]
-                                                                    : p.src_k[layer];
+      uint64_t base_src =
+          i < src.size() && b.src >= p.src_v[layer] ? p.src_v[layer] : p.src_k[layer];
       uint64_t base_dst = b.dst >= p.dst_v[layer] ? p.dst_v[layer] : p.dst_k[layer];
       if (i >= src.size() || b.src + off != base_src + src[i] * item ||
           b.dst + off != base_dst + dst[i] * item) {
@@ -168,8 +168,8 @@ void run_layer_blocks(benchmark::State& state, uint64_t run_len) {
   }
   state.counters["runs"] = static_cast<double>(plan->runs.size());
   state.counters["ns_per_run"] = benchmark::Counter(
-    static_cast<double>(plan->runs.size()) * static_cast<double>(state.iterations()),
-    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+      static_cast<double>(plan->runs.size()) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_LayerBlocks(benchmark::State& state) {

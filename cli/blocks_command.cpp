@@ -20,9 +20,9 @@ struct input_error {
   std::string what;
 };
 
-const std::set<std::string> known_keys = {
-  "src_pages", "dst_pages", "src_k_ptrs",  "dst_k_ptrs",  "src_v_ptrs",  "dst_v_ptrs",
-  "item_lens", "layer",     "cp_size",     "cp_rank",     "chunk_start", "total_pages"};
+const std::set<std::string> known_keys = {"src_pages",  "dst_pages",  "src_k_ptrs",  "dst_k_ptrs",
+                                          "src_v_ptrs", "dst_v_ptrs", "item_lens",   "layer",
+                                          "cp_size",    "cp_rank",    "chunk_start", "total_pages"};
 
 uint64_t get_u64(const json& obj, const char* key, std::optional<uint64_t> fallback = {}) {
   auto i = obj.find(key);
@@ -32,8 +32,7 @@ uint64_t get_u64(const json& obj, const char* key, std::optional<uint64_t> fallb
     throw input_error{std::string{key} + ": missing"};
   }
   if (!i->is_number_unsigned())
-    throw input_error{std::string{key} + ": expected an unsigned 64-bit integer, got " +
-                      i->dump()};
+    throw input_error{std::string{key} + ": expected an unsigned 64-bit integer, got " + i->dump()};
   return i->get<uint64_t>();
 }
 
@@ -65,8 +64,7 @@ json blocks_of(const json& in, std::ostream& err, const std::string& where) {
     throw input_error{"expected a JSON object"};
   for (auto& [key, value] : in.items())
     if (known_keys.count(key) == 0)
-      err << "layerstream blocks: " << where << "warning: unknown key '" << key
-          << "' ignored\n";
+      err << "layerstream blocks: " << where << "warning: unknown key '" << key << "' ignored\n";
   auto src_pages = get_u64_list(in, "src_pages");
   auto dst_pages = get_u64_list(in, "dst_pages");
   kv_pointers ptrs{get_u64_list(in, "src_k_ptrs"), get_u64_list(in, "dst_k_ptrs"),

@@ -15,26 +15,27 @@ template <class T>
 CLI::Option* add_optional(CLI::App* app, const std::string& name, std::optional<T>& out,
                           const std::string& help) {
   return app->add_option_function<T>(
-    name, [&out](const T& v) { out = v; }, help);
+      name, [&out](const T& v) { out = v; }, help);
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"layerstream: per-layer, overlapped KV-cache transfer for disaggregated LLM serving"};
+  CLI::App app{
+      "layerstream: per-layer, overlapped KV-cache transfer for disaggregated LLM serving"};
   app.require_subcommand(1);
 
   std::string blocks_input;
   auto* blocks = app.add_subcommand(
-    "blocks", "Print the (src, dst, len) blocks of one request and layer as JSON "
-              "(SGLang/Mooncake transfer math)");
+      "blocks", "Print the (src, dst, len) blocks of one request and layer as JSON "
+                "(SGLang/Mooncake transfer math)");
   blocks->add_option("--input", blocks_input, "JSON file: one input object or an array of them")
-    ->required();
+      ->required();
 
   layerstream::cli::demo_options demo_opts;
   auto* demo = app.add_subcommand(
-    "demo", "Prefill and decode together on loopback (embedded default config); exit 0 only "
-            "if every room completed bit-exactly");
+      "demo", "Prefill and decode together on loopback (embedded default config); exit 0 only "
+              "if every room completed bit-exactly");
   demo->add_option("--config", demo_opts.config_path, "TOML config (default: the embedded demo)");
   add_optional(demo, "--layers", demo_opts.layers, "model layers");
   add_optional(demo, "--cp", demo_opts.cp, "prefill ranks (context parallelism)");
@@ -47,19 +48,20 @@ int main(int argc, char** argv) {
                "libfabric provider: tcp;ofi_rxm, net, shm, sockets");
   add_optional(demo, "--log-level", demo_opts.log_level, "trace, debug, info, warn, error, off");
   demo->add_option("--json", demo_opts.json_path, "write the report as JSON to this file");
-  demo->add_option("--trace", demo_opts.trace_path, "write the run's timeline as Chrome trace JSON (Perfetto)");
+  demo->add_option("--trace", demo_opts.trace_path,
+                   "write the run's timeline as Chrome trace JSON (Perfetto)");
 
   std::string prefill_config;
   std::optional<std::string> prefill_log;
   auto* prefill = app.add_subcommand(
-    "prefill", "One prefill rank: publish its scheduler and serve until SIGINT/SIGTERM");
+      "prefill", "One prefill rank: publish its scheduler and serve until SIGINT/SIGTERM");
   prefill->add_option("--config", prefill_config, "TOML config of this rank")->required();
   add_optional(prefill, "--log-level", prefill_log, "trace, debug, info, warn, error, off");
 
   std::string decode_config, decode_json;
   std::optional<std::string> decode_log;
   auto* decode = app.add_subcommand(
-    "decode", "One decode node: connect to the prefill ranks, run the workload, report");
+      "decode", "One decode node: connect to the prefill ranks, run the workload, report");
   decode->add_option("--config", decode_config, "TOML config of this node")->required();
   add_optional(decode, "--log-level", decode_log, "trace, debug, info, warn, error, off");
   decode->add_option("--json", decode_json, "write the report as JSON to this file");
@@ -69,8 +71,8 @@ int main(int argc, char** argv) {
   layerstream::transport_bench_options tb;
   bool tb_quick = false;
   auto* bench_transport = bench->add_subcommand(
-    "transport", "Transport actor path against a plain libfabric write loop (same provider, "
-                 "size, window, FI_DELIVERY_COMPLETE), interleaved, medians");
+      "transport", "Transport actor path against a plain libfabric write loop (same provider, "
+                   "size, window, FI_DELIVERY_COMPLETE), interleaved, medians");
   bench_transport->add_option("--provider", tb.providers, "providers (default: shm tcp;ofi_rxm)");
   bench_transport->add_option("--repetitions", tb.repetitions, "interleaved repetitions");
   bench_transport->add_flag("--quick", tb_quick, "a short smoke run");

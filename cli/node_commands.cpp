@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.hpp"
+#include "common/net_guard.hpp"
 #include "config/loader.hpp"
 #include "node/nodes.hpp"
 
@@ -39,7 +40,8 @@ std::optional<deployment_config> load(const std::string& path, config_role role,
 
 struct system_config : caf::actor_system_config {
   system_config(const deployment_config& dep, bool remoting) {
-    layerstream::add_message_types(*this); // qualified: the base class has a member template of that name
+    layerstream::add_message_types(
+        *this); // qualified: the base class has a member template of that name
     set("logger.verbosity", caf::atom("quiet"));
     set("logger.console", caf::atom("none"));
     if (remoting) {
@@ -63,8 +65,8 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
   const bool ok = rep.complete == rep.rooms && rep.bit_exact;
   std::cout << "layerstream " << mode << ": " << rep.complete << "/" << rep.rooms
             << " rooms complete, " << (rep.bit_exact ? "bit-exact" : "NOT bit-exact") << ", "
-            << rep.bytes_written << " of " << rep.bytes_expected << " bytes, "
-            << cfg.model.layers << " layers, cp " << cfg.cluster.cp_size << ", "
+            << rep.bytes_written << " of " << rep.bytes_expected << " bytes, " << cfg.model.layers
+            << " layers, cp " << cfg.cluster.cp_size << ", "
             << (cfg.transfer.per_layer ? "per-layer" : "bulk") << " transfer over '"
             << cfg.fabric.provider << "'\n";
   if (forward_ms > 0)
@@ -98,6 +100,14 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
   return ok ? 0 : 1;
 }
 
+/// Prints a refused address (net_guard) and says whether it passed.
+bool address_ok(const caf::error& err, const char* command) {
+  if (!err)
+    return true;
+  std::cerr << "layerstream " << command << ": " << message_of(err) << "\n";
+  return false;
+}
+
 void apply_log_level(const deployment_config& cfg, const std::optional<std::string>& flag) {
   log::set_level(flag ? *flag : cfg.log.level);
 }
@@ -128,6 +138,8 @@ int run_demo(const demo_options& opts) {
   if (!cfg)
     return 2;
   apply_log_level(*cfg, opts.log_level);
+  if (!address_ok(check_local_address(cfg->fabric.bind_address), "demo"))
+    return 2;
   std::shared_ptr<trace_recorder> trace;
   if (!opts.trace_path.empty())
     trace = std::make_shared<trace_recorder>();
@@ -140,8 +152,7 @@ int run_demo(const demo_options& opts) {
   for (uint32_t r = 0; r < cfg->cluster.cp_size; ++r) {
     auto node = prefill_node::start(sys, *cfg, r, trace);
     if (!node) {
-      std::cerr << "layerstream demo: prefill rank " << r << ": " << describe(node.error())
-                << "\n";
+      std::cerr << "layerstream demo: prefill rank " << r << ": " << describe(node.error()) << "\n";
       break;
     }
     schedulers.push_back((*node)->scheduler);
@@ -158,12 +169,12 @@ int run_demo(const demo_options& opts) {
       caf::scoped_actor self{sys};
       for (auto& p : prefill)
         self->request(p->scheduler, std::chrono::seconds(5), stats_query{})
-          .receive(
-            [&](scheduler_stats& s) {
-              tails.insert(tails.end(), s.tail_ns.begin(), s.tail_ns.end());
-              forwards.insert(forwards.end(), s.forward_ns.begin(), s.forward_ns.end());
-            },
-            [](caf::error&) {});
+            .receive(
+                [&](scheduler_stats& s) {
+                  tails.insert(tails.end(), s.tail_ns.begin(), s.tail_ns.end());
+                  forwards.insert(forwards.end(), s.forward_ns.begin(), s.forward_ns.end());
+                },
+                [](caf::error&) {});
       rc = report(rep, *cfg, median_ms(tails), median_ms(forwards), opts.json_path, "demo");
     }
   }
@@ -190,6 +201,10 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   if (!cfg)
     return 2;
   apply_log_level(*cfg, log_level);
+  // Where this process may bind, checked before any socket or endpoint opens.
+  if (!address_ok(check_local_address(cfg->prefill.host), "prefill") ||
+      !address_ok(check_local_address(cfg->fabric.bind_address), "prefill"))
+    return 2;
   // Block the signals we wait for before any thread starts, so that every
   // thread inherits the mask and sigwait below sees them.
   sigset_t sigs;
@@ -204,8 +219,8 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     std::cerr << "layerstream prefill: " << describe(node.error()) << "\n";
     return 1;
   }
-  auto port = sys.middleman().publish((*node)->scheduler, cfg->prefill.port,
-                                      cfg->prefill.host.c_str());
+  auto port =
+      sys.middleman().publish((*node)->scheduler, cfg->prefill.port, cfg->prefill.host.c_str());
   if (!port) {
     std::cerr << "layerstream prefill: cannot publish on " << cfg->prefill.host << ":"
               << cfg->prefill.port << ": " << sys.render(port.error()) << "\n";
@@ -229,6 +244,14 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
   if (!cfg)
     return 2;
   apply_log_level(*cfg, log_level);
+  // Where this process may bind and connect, checked before any socket opens.
+  if (!address_ok(check_local_address(cfg->fabric.bind_address), "decode"))
+    return 2;
+  for (auto& endpoint : cfg->decode.prefill) {
+    auto host = endpoint.substr(0, endpoint.rfind(':'));
+    if (!address_ok(check_directly_reachable(host), "decode"))
+      return 2;
+  }
   system_config scfg{*cfg, true};
   caf::actor_system sys{scfg};
   std::vector<scheduler_actor> schedulers;

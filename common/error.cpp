@@ -7,20 +7,34 @@ namespace layerstream {
 
 const char* to_string(lserr code) {
   switch (code) {
-    case lserr::none: return "none";
-    case lserr::bad_input: return "bad_input";
-    case lserr::overflow: return "overflow";
-    case lserr::bad_layer: return "bad_layer";
-    case lserr::out_of_region: return "out_of_region";
-    case lserr::event_failed: return "event_failed";
-    case lserr::transfer_failed: return "transfer_failed";
-    case lserr::timeout: return "timeout";
-    case lserr::unknown_room: return "unknown_room";
-    case lserr::duplicate_room: return "duplicate_room";
-    case lserr::peer_lost: return "peer_lost";
-    case lserr::fabric_error: return "fabric_error";
-    case lserr::missing_layer: return "missing_layer";
-    case lserr::cancelled: return "cancelled";
+  case lserr::none:
+    return "none";
+  case lserr::bad_input:
+    return "bad_input";
+  case lserr::overflow:
+    return "overflow";
+  case lserr::bad_layer:
+    return "bad_layer";
+  case lserr::out_of_region:
+    return "out_of_region";
+  case lserr::event_failed:
+    return "event_failed";
+  case lserr::transfer_failed:
+    return "transfer_failed";
+  case lserr::timeout:
+    return "timeout";
+  case lserr::unknown_room:
+    return "unknown_room";
+  case lserr::duplicate_room:
+    return "duplicate_room";
+  case lserr::peer_lost:
+    return "peer_lost";
+  case lserr::fabric_error:
+    return "fabric_error";
+  case lserr::missing_layer:
+    return "missing_layer";
+  case lserr::cancelled:
+    return "cancelled";
   }
   return "unknown";
 }

@@ -37,7 +37,8 @@ bool trace_recorder::write(const std::string& path) const {
   auto us = [origin](int64_t ns) { return static_cast<double>(ns - origin) / 1000.0; };
   nlohmann::json list = nlohmann::json::array();
   for (auto& [pid, name] : process_names_)
-    list.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
+    list.push_back(
+        {{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
   for (auto& e : events_) {
     nlohmann::json j{{"name", e.name}, {"cat", e.category}, {"ph", std::string(1, e.phase)},
                      {"pid", e.pid},   {"tid", e.tid},      {"ts", us(e.start_ns)}};

@@ -29,11 +29,10 @@ class trace_recorder {
  public:
   /// A span [start_ns, end_ns) named `name` in process `pid` (e.g. a prefill
   /// rank), lane `tid` (0: forward thread; room id: that room's transfers).
-  void span(std::string name, std::string category, uint32_t pid, uint64_t tid,
-            int64_t start_ns, int64_t end_ns);
+  void span(std::string name, std::string category, uint32_t pid, uint64_t tid, int64_t start_ns,
+            int64_t end_ns);
   /// A point in time.
-  void instant(std::string name, std::string category, uint32_t pid, uint64_t tid,
-               int64_t at_ns);
+  void instant(std::string name, std::string category, uint32_t pid, uint64_t tid, int64_t at_ns);
   /// Names a process lane (shown instead of its number).
   void name_process(uint32_t pid, std::string name);
 

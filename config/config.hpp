@@ -27,9 +27,7 @@ struct model_config {
   std::chrono::microseconds layer_compute{1000};
 
   /// Bytes of one page of one layer's K (or V, or fused MLA) buffer.
-  uint64_t item_len() const {
-    return uint64_t{page_size} * kv_heads * head_dim * dtype_bytes;
-  }
+  uint64_t item_len() const { return uint64_t{page_size} * kv_heads * head_dim * dtype_bytes; }
 };
 
 /// [transfer]: how KV moves.

@@ -42,7 +42,7 @@ size_t host_event::waiting() const {
 }
 
 completed_event_source::completed_event_source()
-  : done_(std::make_shared<host_event>(caf::error{})) {
+    : done_(std::make_shared<host_event>(caf::error{})) {
   // nop
 }
 

@@ -16,7 +16,6 @@ std::string to_string(room_state state) {
   return "unknown";
 }
 
-
 void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<remote_region>("layerstream::remote_region");
   cfg.add_message_type<fabric_peer>("layerstream::fabric_peer");

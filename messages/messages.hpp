@@ -65,9 +65,7 @@ typename Inspector::result_type inspect(Inspector& f, fabric_peer& x) {
 /// its peer_id (the same id again for the same address and regions).
 struct connect_peer {
   fabric_peer peer;
-  friend bool operator==(const connect_peer& a, const connect_peer& b) {
-    return a.peer == b.peer;
-  }
+  friend bool operator==(const connect_peer& a, const connect_peer& b) { return a.peer == b.peer; }
 };
 
 template <class Inspector>
@@ -250,8 +248,7 @@ struct kv_ready {
   /// Bytes this rank wrote for the room.
   uint64_t bytes = 0;
   friend bool operator==(const kv_ready& a, const kv_ready& b) {
-    return a.room == b.room && a.cp_rank == b.cp_rank && a.status == b.status &&
-           a.bytes == b.bytes;
+    return a.room == b.room && a.cp_rank == b.cp_rank && a.status == b.status && a.bytes == b.bytes;
   }
 };
 

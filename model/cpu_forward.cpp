@@ -9,13 +9,10 @@ void spin_for(std::chrono::microseconds d) {
   }
 }
 
-cpu_forward::cpu_forward(kv_pool& pool, std::chrono::microseconds layer_compute,
-                         notify_fn notify, done_fn done)
-  : pool_(pool),
-    layer_compute_(layer_compute),
-    notify_(std::move(notify)),
-    done_(std::move(done)),
-    thread_([this] { loop(); }) {
+cpu_forward::cpu_forward(kv_pool& pool, std::chrono::microseconds layer_compute, notify_fn notify,
+                         done_fn done)
+    : pool_(pool), layer_compute_(layer_compute), notify_(std::move(notify)),
+      done_(std::move(done)), thread_([this] { loop(); }) {
   // nop
 }
 

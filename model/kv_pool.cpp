@@ -56,10 +56,9 @@ bool kv_pattern::check_row(uint64_t room, uint32_t layer, uint32_t buffer, uint6
   return true;
 }
 
-caf::expected<std::unique_ptr<kv_pool>> kv_pool::create(const model_config& model,
-                                                        uint64_t pages) {
-  if (model.layers == 0 || model.kv_heads == 0 || model.head_dim == 0 ||
-      model.dtype_bytes == 0 || model.page_size == 0 || pages == 0)
+caf::expected<std::unique_ptr<kv_pool>> kv_pool::create(const model_config& model, uint64_t pages) {
+  if (model.layers == 0 || model.kv_heads == 0 || model.head_dim == 0 || model.dtype_bytes == 0 ||
+      model.page_size == 0 || pages == 0)
     return make_error(lserr::bad_input, "kv pool: every model dimension and the page count "
                                         "must be at least 1");
   if (model.mla && model.kv_heads != 1)
@@ -75,10 +74,10 @@ caf::expected<std::unique_ptr<kv_pool>> kv_pool::create(const model_config& mode
   if (__builtin_mul_overflow(pool->item_len_, pages, &pool->buffer_bytes_) ||
       __builtin_mul_overflow(pool->buffer_bytes_, buffers, &pool->bytes_) ||
       pool->bytes_ > (uint64_t{1} << 40))
-    return make_error(lserr::bad_input, "kv pool: " + std::to_string(pages) +
-                                          " pages of this geometry exceed 1 TiB");
-  void* mem = mmap(nullptr, pool->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    return make_error(lserr::bad_input,
+                      "kv pool: " + std::to_string(pages) + " pages of this geometry exceed 1 TiB");
+  void* mem =
+      mmap(nullptr, pool->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED)
     return make_error(lserr::bad_input,
                       "kv pool: cannot map " + std::to_string(pool->bytes_) + " bytes");
@@ -138,7 +137,7 @@ uint64_t kv_pool::check_room(uint64_t room, const std::vector<uint64_t>& pages, 
     for (uint32_t b = 0; b < buffers(); ++b) {
       for (uint64_t t = first; t < last; ++t) {
         const uint8_t* row =
-          page_ptr(layer, b, pages[t / page_size_]) + (t % page_size_) * row_len_;
+            page_ptr(layer, b, pages[t / page_size_]) + (t % page_size_) * row_len_;
         if (!kv_pattern::check_row(room, layer, b, t, row, row_len_))
           ++bad;
       }
@@ -154,7 +153,7 @@ uint64_t kv_pool::check_room(uint64_t room, const std::vector<uint64_t>& pages, 
 }
 
 page_allocator::page_allocator(uint64_t pages, uint64_t seed, double fragmentation)
-  : rng_(seed), fragmentation_(fragmentation) {
+    : rng_(seed), fragmentation_(fragmentation) {
   free_.reserve(pages);
   // Kept in descending order so that taking from the back yields ascending pages.
   for (uint64_t p = pages; p > 0; --p)
@@ -163,9 +162,8 @@ page_allocator::page_allocator(uint64_t pages, uint64_t seed, double fragmentati
 
 caf::expected<std::vector<uint64_t>> page_allocator::allocate(uint64_t n) {
   if (n > free_.size())
-    return make_error(lserr::bad_input, "page allocator: " + std::to_string(n) +
-                                          " pages asked, " + std::to_string(free_.size()) +
-                                          " free");
+    return make_error(lserr::bad_input, "page allocator: " + std::to_string(n) + " pages asked, " +
+                                            std::to_string(free_.size()) + " free");
   std::vector<uint64_t> out;
   out.reserve(n);
   std::uniform_real_distribution<double> coin{0.0, 1.0};

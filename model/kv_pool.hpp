@@ -28,8 +28,8 @@ namespace layerstream {
 /// distinct and recomputable.
 struct kv_pattern {
   /// Fills `row` (`len` bytes) with the bytes of one token row.
-  static void fill_row(uint64_t room, uint32_t layer, uint32_t buffer, uint64_t token,
-                       uint8_t* row, uint64_t len);
+  static void fill_row(uint64_t room, uint32_t layer, uint32_t buffer, uint64_t token, uint8_t* row,
+                       uint64_t len);
   /// True if `row` holds exactly those bytes.
   static bool check_row(uint64_t room, uint32_t layer, uint32_t buffer, uint64_t token,
                         const uint8_t* row, uint64_t len);
@@ -38,8 +38,7 @@ struct kv_pattern {
 class kv_pool {
  public:
   /// Allocates and zeroes `pages` pages per buffer for `model`'s geometry.
-  static caf::expected<std::unique_ptr<kv_pool>> create(const model_config& model,
-                                                        uint64_t pages);
+  static caf::expected<std::unique_ptr<kv_pool>> create(const model_config& model, uint64_t pages);
   ~kv_pool();
   kv_pool(const kv_pool&) = delete;
   kv_pool& operator=(const kv_pool&) = delete;

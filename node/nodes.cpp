@@ -45,10 +45,9 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   if (trace)
     trace->name_process(cp_rank, "prefill rank " + std::to_string(cp_rank));
   node->scheduler =
-    sys.spawn(scheduler_impl, scfg, node->pool.get(), node->transport, node->manager);
-  LS_INFO("prefill rank {}/{}: pool {} pages x {} B, provider '{}'", cp_rank,
-          cfg.cluster.cp_size, cfg.prefill.pool_pages, node->pool->item_len(),
-          cfg.fabric.provider);
+      sys.spawn(scheduler_impl, scfg, node->pool.get(), node->transport, node->manager);
+  LS_INFO("prefill rank {}/{}: pool {} pages x {} B, provider '{}'", cp_rank, cfg.cluster.cp_size,
+          cfg.prefill.pool_pages, node->pool->item_len(), cfg.fabric.provider);
   return node;
 }
 
@@ -76,8 +75,8 @@ decode_node::start(caf::actor_system& sys, const deployment_config& cfg,
   node->target = std::move(*target);
   decode_pool dp{node->pool.get(), node->target->peer()};
   page_allocator pages{node->pool->pages(), cfg.workload.seed, cfg.workload.fragmentation};
-  node->receiver = sys.spawn(receiver_impl, dp, std::move(pages), std::move(prefill),
-                             make_receiver_config(cfg));
+  node->receiver =
+      sys.spawn(receiver_impl, dp, std::move(pages), std::move(prefill), make_receiver_config(cfg));
   return node;
 }
 
@@ -106,25 +105,25 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
   for (uint32_t i = 0; i < w.rooms; ++i) {
     bool timed_out = false;
     self->receive(
-      [&](room_result& res) {
-        rep.bytes_written += res.bytes;
-        if (res.status) {
+        [&](room_result& res) {
+          rep.bytes_written += res.bytes;
+          if (res.status) {
+            ++rep.failed;
+            if (rep.failures.size() < 5)
+              rep.failures.push_back("room " + std::to_string(res.room) + ": " +
+                                     describe(res.status));
+          } else {
+            ++rep.complete;
+            all_exact = all_exact && res.bit_exact;
+          }
+          caf::anon_send(receiver, close_room{res.room});
+        },
+        [&](caf::error& err) {
           ++rep.failed;
           if (rep.failures.size() < 5)
-            rep.failures.push_back("room " + std::to_string(res.room) + ": " +
-                                   describe(res.status));
-        } else {
-          ++rep.complete;
-          all_exact = all_exact && res.bit_exact;
-        }
-        caf::anon_send(receiver, close_room{res.room});
-      },
-      [&](caf::error& err) {
-        ++rep.failed;
-        if (rep.failures.size() < 5)
-          rep.failures.push_back(describe(err));
-      },
-      caf::after(timeout) >> [&] { timed_out = true; });
+            rep.failures.push_back(describe(err));
+        },
+        caf::after(timeout) >> [&] { timed_out = true; });
     if (timed_out) {
       rep.failed += w.rooms - i;
       rep.failures.push_back("no answer within " + std::to_string(timeout.count()) + " ms");
@@ -133,7 +132,7 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
   }
   rep.bit_exact = all_exact && rep.complete > 0;
   rep.wall_ms =
-    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }
 

@@ -46,8 +46,7 @@ struct decode_node {
   receiver_actor receiver;
 
   static caf::expected<std::unique_ptr<decode_node>>
-  start(caf::actor_system& sys, const deployment_config& cfg,
-        std::vector<scheduler_actor> prefill);
+  start(caf::actor_system& sys, const deployment_config& cfg, std::vector<scheduler_actor> prefill);
   void stop();
 };
 

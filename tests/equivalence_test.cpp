@@ -114,10 +114,15 @@ TEST_P(Equivalence, BulkAndPerLayerGiveTheSameDecodePoolAndExactlyTheOwnedBytes)
   ASSERT_EQ(layered.decode_pool.size(), bulk.decode_pool.size());
   EXPECT_TRUE(std::memcmp(layered.decode_pool.data(), bulk.decode_pool.data(),
                           bulk.decode_pool.size()) == 0)
-    << "decode pools differ between the per-layer and the bulk path";
+      << "decode pools differ between the per-layer and the bulk path";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Equivalence,
                          ::testing::Values(shape{1, false, 0, 11}, shape{2, false, 0, 12},
                                            shape{4, true, 0, 13}, shape{2, false, 64, 14},
-                                           shape{4, false, 32, 15}, shape{1, true, 48, 16}));
+                                           shape{4, false, 32, 15}, shape{1, true, 48, 16}),
+                         [](const ::testing::TestParamInfo<shape>& info) {
+                           const auto& p = info.param;
+                           return "cp" + std::to_string(p.cp) + (p.mla ? "_mla" : "_kv") +
+                                  "_chunk" + std::to_string(p.chunk_tokens);
+                         });

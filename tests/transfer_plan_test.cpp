@@ -45,9 +45,8 @@ std::vector<block> blocks_of(const pages_t& src, const pages_t& dst, const kv_po
 }
 
 /// Expands blocks of one buffer back into (src page, dst page) pairs.
-std::vector<std::pair<uint64_t, uint64_t>> pages_of(const std::vector<block>& blocks,
-                                                    uint64_t src_base, uint64_t dst_base,
-                                                    uint64_t item) {
+std::vector<std::pair<uint64_t, uint64_t>>
+pages_of(const std::vector<block>& blocks, uint64_t src_base, uint64_t dst_base, uint64_t item) {
   std::vector<std::pair<uint64_t, uint64_t>> out;
   for (auto& b : blocks) {
     EXPECT_EQ(b.len % item, 0u);
@@ -126,9 +125,9 @@ TEST(TransferPlan, EveryLayerUsesTheSameRunsAndOnlyBasesAndLengthsChange) {
     ASSERT_EQ(blocks.size(), 2 * runs);
     for (size_t i = 0; i < runs; ++i) {
       auto& r = plan->runs[i];
-      EXPECT_EQ(blocks[i], (block{p.src_k[l] + r.src_page * p.item_lens[l],
-                                  p.dst_k[l] + r.dst_page * p.item_lens[l],
-                                  r.pages * p.item_lens[l]}));
+      EXPECT_EQ(blocks[i],
+                (block{p.src_k[l] + r.src_page * p.item_lens[l],
+                       p.dst_k[l] + r.dst_page * p.item_lens[l], r.pages * p.item_lens[l]}));
       EXPECT_EQ(blocks[runs + i], (block{p.src_v[l] + r.src_page * p.item_lens[6 + l],
                                          p.dst_v[l] + r.dst_page * p.item_lens[6 + l],
                                          r.pages * p.item_lens[6 + l]}));
@@ -204,10 +203,10 @@ TEST(TransferPlan, ChunksOfARequestCoverEachRankSliceExactlyOnce) {
         std::vector<std::pair<uint64_t, uint64_t>> got;
         for (uint64_t start = 0; start < total; start += chunk) {
           auto end = std::min(total, start + chunk);
-          pages_t s(src.begin() + start, src.begin() + end), d(dst.begin() + start,
-                                                               dst.begin() + end);
-          for (auto& pr : pages_of(blocks_of(s, d, p, 0, {cp, r, start, total}), p.src_k[0],
-                                   p.dst_k[0], 4))
+          pages_t s(src.begin() + start, src.begin() + end),
+              d(dst.begin() + start, dst.begin() + end);
+          for (auto& pr :
+               pages_of(blocks_of(s, d, p, 0, {cp, r, start, total}), p.src_k[0], p.dst_k[0], 4))
             got.push_back(pr);
         }
         auto range = *owned_positions(total, cp, r);
@@ -279,8 +278,7 @@ TEST(TransferPlan, BadInputIsAClearErrorNeverABlock) {
   EXPECT_TRUE(is(make_transfer_plan({1}, {2}, {0, 0, 0, 0}).error(), lserr::bad_input));
   // A chunk that does not fit in the request.
   EXPECT_TRUE(is(make_transfer_plan({1, 2}, {2, 3}, {1, 0, 3, 4}).error(), lserr::bad_input));
-  EXPECT_TRUE(
-    is(make_transfer_plan({1}, {2}, {1, 0, UINT64_MAX, 0}).error(), lserr::bad_input));
+  EXPECT_TRUE(is(make_transfer_plan({1}, {2}, {1, 0, UINT64_MAX, 0}).error(), lserr::bad_input));
 }
 
 TEST(TransferPlan, LayerBytesCountKAndVOfTheOwnedPages) {

@@ -30,15 +30,13 @@ caf::error append_buffer(const transfer_plan& plan, uint64_t src_base, uint64_t 
     uint64_t len = 0;
     block b;
     if (mul_overflows(run.src_page, item_len, src_off) ||
-        mul_overflows(run.dst_page, item_len, dst_off) ||
-        mul_overflows(run.pages, item_len, len) || add_overflows(src_base, src_off, b.src) ||
-        add_overflows(dst_base, dst_off, b.dst) || !range_fits(b.src, len) ||
-        !range_fits(b.dst, len))
+        mul_overflows(run.dst_page, item_len, dst_off) || mul_overflows(run.pages, item_len, len) ||
+        add_overflows(src_base, src_off, b.src) || add_overflows(dst_base, dst_off, b.dst) ||
+        !range_fits(b.src, len) || !range_fits(b.dst, len))
       return make_error(lserr::overflow, std::string{which} + " block of layer " +
                                              std::to_string(layer) + " at src page " +
                                              std::to_string(run.src_page) + ", dst page " +
-                                             std::to_string(run.dst_page) +
-                                             " passes 2^64");
+                                             std::to_string(run.dst_page) + " passes 2^64");
     b.len = len;
     out.push_back(b);
   }
@@ -73,10 +71,10 @@ caf::expected<transfer_plan> make_transfer_plan(const std::vector<uint64_t>& src
   const uint64_t total = slice.total_pages == 0 ? len : slice.total_pages;
   uint64_t chunk_end = 0;
   if (add_overflows(slice.chunk_start, len, chunk_end) || chunk_end > total)
-    return make_error(lserr::bad_input,
-                      "chunk_start: chunk [" + std::to_string(slice.chunk_start) + ", +" +
-                          std::to_string(len) + ") does not fit in total_pages " +
-                          std::to_string(total));
+    return make_error(lserr::bad_input, "chunk_start: chunk [" + std::to_string(slice.chunk_start) +
+                                            ", +" + std::to_string(len) +
+                                            ") does not fit in total_pages " +
+                                            std::to_string(total));
   auto owned = owned_positions(total, slice.cp_size, slice.cp_rank);
   if (!owned)
     return owned.error();
@@ -131,8 +129,8 @@ caf::error validate(const kv_pointers& ptrs) {
   return caf::none;
 }
 
-caf::error append_layer_blocks(const transfer_plan& plan, const kv_pointers& ptrs,
-                               uint64_t layer, std::vector<block>& out) {
+caf::error append_layer_blocks(const transfer_plan& plan, const kv_pointers& ptrs, uint64_t layer,
+                               std::vector<block>& out) {
   if (layer >= ptrs.layers())
     return make_error(lserr::bad_layer, "layer: " + std::to_string(layer) +
                                             " is not below the layer count " +

@@ -115,15 +115,14 @@ struct kv_pointers {
     return item_lens.size() == 2 * layers() ? item_lens[layers() + layer] : item_lens[layer];
   }
   friend bool operator==(const kv_pointers& a, const kv_pointers& b) {
-    return a.src_k == b.src_k && a.dst_k == b.dst_k && a.src_v == b.src_v &&
-           a.dst_v == b.dst_v && a.item_lens == b.item_lens;
+    return a.src_k == b.src_k && a.dst_k == b.dst_k && a.src_v == b.src_v && a.dst_v == b.dst_v &&
+           a.item_lens == b.item_lens;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_pointers& x) {
-  return f(caf::meta::type_name("kv_pointers"), x.src_k, x.dst_k, x.src_v, x.dst_v,
-           x.item_lens);
+  return f(caf::meta::type_name("kv_pointers"), x.src_k, x.dst_k, x.src_v, x.dst_v, x.item_lens);
 }
 
 /// Checks list lengths and item_lens (no layers, mismatched pointer lists,
@@ -133,8 +132,8 @@ caf::error validate(const kv_pointers& ptrs);
 /// Appends layer `layer`'s blocks: all K runs in page order, then all V runs
 /// (none for MLA). On error nothing is appended. `ptrs` must have passed
 /// validate(); the layer index and every address are checked here.
-caf::error append_layer_blocks(const transfer_plan& plan, const kv_pointers& ptrs,
-                               uint64_t layer, std::vector<block>& out);
+caf::error append_layer_blocks(const transfer_plan& plan, const kv_pointers& ptrs, uint64_t layer,
+                               std::vector<block>& out);
 
 /// Convenience: validate + append into a fresh vector.
 caf::expected<std::vector<block>> build_layer_blocks(const transfer_plan& plan,

@@ -71,8 +71,7 @@ CAF_TEST(a layer is submitted at most once) {
   expect((finish), from(self).to(ctx));
   // Layer 0 never ended: a room with a missing layer must not report success.
   expect((finish_result), from(ctx).to(self).with(finish_result{
-                                                    7, make_error(lserr::missing_layer, ""), 1,
-                                                    expected_bytes(req, 1)}));
+                              7, make_error(lserr::missing_layer, ""), 1, expected_bytes(req, 1)}));
 }
 
 CAF_TEST(a room with no owned pages skips every layer and succeeds) {
@@ -116,10 +115,9 @@ CAF_TEST(finish waits for every outstanding submit) {
   release(3, 0);
   expect((release_atom, room_id, uint32_t), from(_).to(transport_handle));
   expect((submit_done), from(transport).to(ctx));
-  expect((finish_result), from(ctx).to(self).with(finish_result{
-                                                    3, caf::error{}, 2,
-                                                    expected_bytes(req, 0) +
-                                                      expected_bytes(req, 1)}));
+  expect((finish_result),
+         from(ctx).to(self).with(
+             finish_result{3, caf::error{}, 2, expected_bytes(req, 0) + expected_bytes(req, 1)}));
 }
 
 CAF_TEST(a failed submit stops later layers and fails finish) {
@@ -142,9 +140,9 @@ CAF_TEST(a failed submit stops later layers and fails finish) {
   disallow((event_ready), from(_).to(ctx));
   self->request(ctx, caf::infinite, finish{5});
   expect((finish), from(self).to(ctx));
-  expect((finish_result), from(ctx).to(self).with(finish_result{
-                                                    5, make_error(lserr::transfer_failed, ""),
-                                                    1, expected_bytes(req, 0)}));
+  expect((finish_result),
+         from(ctx).to(self).with(
+             finish_result{5, make_error(lserr::transfer_failed, ""), 1, expected_bytes(req, 0)}));
   CAF_CHECK_EQUAL(script->received.size(), 2u);
 }
 

@@ -46,27 +46,27 @@ inline uint64_t bytes_of(const std::vector<block>& blocks) {
 inline caf::behavior scripted_transport(caf::event_based_actor* self,
                                         std::shared_ptr<transport_script> script) {
   return {
-    [=](submit& msg) -> caf::result<submit_done> {
-      script->received.push_back(msg);
-      auto key = std::make_pair(msg.room, msg.layer);
-      submit_done done{msg.room, msg.layer, {}, bytes_of(msg.blocks)};
-      if (script->fail.count(key) > 0) {
-        done.status = make_error(lserr::transfer_failed, "scripted failure");
-        done.bytes = 0;
-      }
-      if (!script->hold)
-        return done;
-      auto rp = self->make_response_promise();
-      script->held.emplace(key, std::make_pair(rp, done));
-      return rp;
-    },
-    [=](release_atom, room_id room, uint32_t layer) {
-      auto i = script->held.find({room, layer});
-      if (i == script->held.end())
-        return;
-      i->second.first.deliver(i->second.second);
-      script->held.erase(i);
-    },
+      [=](submit& msg) -> caf::result<submit_done> {
+        script->received.push_back(msg);
+        auto key = std::make_pair(msg.room, msg.layer);
+        submit_done done{msg.room, msg.layer, {}, bytes_of(msg.blocks)};
+        if (script->fail.count(key) > 0) {
+          done.status = make_error(lserr::transfer_failed, "scripted failure");
+          done.bytes = 0;
+        }
+        if (!script->hold)
+          return done;
+        auto rp = self->make_response_promise();
+        script->held.emplace(key, std::make_pair(rp, done));
+        return rp;
+      },
+      [=](release_atom, room_id room, uint32_t layer) {
+        auto i = script->held.find({room, layer});
+        if (i == script->held.end())
+          return;
+        i->second.first.deliver(i->second.second);
+        script->held.erase(i);
+      },
   };
 }
 

@@ -23,7 +23,7 @@ struct manager_fixture : actor_fixture {
 
   /// Answers to finish requests, in arrival order.
   std::shared_ptr<std::vector<finish_result>> answers =
-    std::make_shared<std::vector<finish_result>>();
+      std::make_shared<std::vector<finish_result>>();
 
   /// Sends finish{room} from a short-lived actor that records the answer
   /// (a scoped actor cannot take a response without blocking the test thread).
@@ -32,8 +32,10 @@ struct manager_fixture : actor_fixture {
     auto m = mgr;
     sys.spawn([out, m, room](caf::event_based_actor* asker) {
       asker->request(m, std::chrono::seconds(1000), finish{room})
-        .then([out](finish_result& res) { out->push_back(res); },
-              [out, room](caf::error& err) { out->push_back(finish_result{room, err, 0, 0}); });
+          .then([out](finish_result& res) { out->push_back(res); },
+                [out, room](caf::error& err) {
+                  out->push_back(finish_result{room, err, 0, 0});
+                });
     });
   }
 
@@ -64,7 +66,7 @@ CAF_TEST(one layer_end is fanned out to every active context with the same event
   CAF_CHECK_EQUAL(script->received.size(), 3u);
 }
 
-CAF_TEST(a layer_end with no active context is a no-op) {
+CAF_TEST(a layer_end with no active context is a no - op) {
   auto ev = std::static_pointer_cast<host_event>(events.record(0));
   self->send(mgr, layer_end{0, ev});
   expect((layer_end), from(self).to(mgr));
@@ -161,8 +163,8 @@ CAF_TEST(many rooms interleaved each get every layer exactly once) {
     for (uint32_t l = 0; l < layers; ++l)
       bytes += expected_bytes(req, l);
     auto res = finish_room(req.room);
-    CAF_CHECK_EQUAL(res, (finish_result{req.room, caf::error{}, req.plan.empty() ? 0 : layers,
-                                        bytes}));
+    CAF_CHECK_EQUAL(res,
+                    (finish_result{req.room, caf::error{}, req.plan.empty() ? 0 : layers, bytes}));
   }
   CAF_CHECK_EQUAL(seen.size(), non_empty * layers);
 }

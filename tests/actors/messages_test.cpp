@@ -37,7 +37,7 @@ fabric_peer some_peer() {
 
 CAF_TEST_FIXTURE_SCOPE(messages_tests, messages_fixture)
 
-CAF_TEST(every message type round-trips through caf serialization) {
+CAF_TEST(every message type round - trips through caf serialization) {
   auto req = make_request(5, 7, 3, 100, 900);
   req.peer = 4;
   round_trip(remote_region{1ull << 63, 1ull << 40, 123});
