@@ -13,7 +13,8 @@ TEST(NetGuard, LoopbackIsAlwaysReachableAndLocal) {
 }
 
 TEST(NetGuard, AnAddressBehindARouterIsRefused) {
-  // TEST-NET-2 (this sandbox itself sits on TEST-NET-1) and a public address: never on a subnet of this machine.
+  // TEST-NET-2 (this sandbox itself sits on TEST-NET-1) and a public address:
+  // never on a subnet of this machine.
   for (auto host : {"198.51.100.77", "8.8.8.8"}) {
     auto err = check_directly_reachable(host);
     ASSERT_TRUE(err) << host;
