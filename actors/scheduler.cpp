@@ -41,6 +41,25 @@ caf::error check_info(const scheduler_state& st, const transfer_info& info) {
   return caf::none;
 }
 
+/// This rank's runs for tokens [first, last) of a room: the chunk's pages,
+/// cut to the rank's CP slice (positions are request page positions).
+caf::expected<transfer_plan> chunk_plan(const scheduler_state& st, const prefill_room& rs,
+                                        uint64_t first, uint64_t last) {
+  const auto ps = st.cfg.model.page_size;
+  const auto p0 = first / ps;
+  const auto p1 = pages_for(last, ps);
+  std::vector<uint64_t> src(rs.src_pages.begin() + p0, rs.src_pages.begin() + p1);
+  std::vector<uint64_t> dst(rs.info.dst_pages.begin() + p0, rs.info.dst_pages.begin() + p1);
+  return make_transfer_plan(src, dst,
+                            {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
+}
+
+/// Prefill (src) and decode (dst) base pointers of every layer.
+kv_pointers pointers_of(const scheduler_state& st, const prefill_room& rs) {
+  return kv_pointers{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(), rs.info.dst_v_ptrs,
+                     rs.info.item_lens};
+}
+
 /// Settles a room: answers decode and frees its pages.
 void settle_room(self_ptr self, room_id room, caf::error status) {
   auto& st = self->state;
@@ -167,15 +186,8 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
               });
     } else {
       auto [first, last] = chunks[k];
-      auto ps = st.cfg.model.page_size;
-      auto p0 = first / ps;
-      auto p1 = pages_for(last, ps);
-      std::vector<uint64_t> src(rs.src_pages.begin() + p0, rs.src_pages.begin() + p1);
-      std::vector<uint64_t> dst(rs.info.dst_pages.begin() + p0, rs.info.dst_pages.begin() + p1);
-      auto plan = make_transfer_plan(
-          src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
-      kv_pointers ptrs{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(), rs.info.dst_v_ptrs,
-                       rs.info.item_lens};
+      auto plan = chunk_plan(st, rs, first, last);
+      auto ptrs = pointers_of(st, rs);
       if (!plan)
         chunk_settled(self, msg.batch, room, plan.error(), 0);
       else
@@ -216,12 +228,7 @@ void try_start_batch(self_ptr self) {
     if (own_first < own_last)
       fb.items.push_back(forward_item{room, rs.src_pages, own_first, own_last, total});
     if (rs.per_layer) {
-      const auto p0 = first / ps;
-      const auto p1 = pages_for(last, ps);
-      std::vector<uint64_t> src(rs.src_pages.begin() + p0, rs.src_pages.begin() + p1);
-      std::vector<uint64_t> dst(rs.info.dst_pages.begin() + p0, rs.info.dst_pages.begin() + p1);
-      auto plan = make_transfer_plan(
-          src, dst, {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
+      auto plan = chunk_plan(st, rs, first, last);
       if (!plan) {
         // Cannot happen for a checked transfer_info; fail the room, not the batch.
         bs.rooms.pop_back();
@@ -231,10 +238,7 @@ void try_start_batch(self_ptr self) {
         settle_room(self, room, plan.error());
         continue;
       }
-      msg.batch.push_back(
-          request_transfer{room, rs.peer, std::move(*plan),
-                           kv_pointers{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(),
-                                       rs.info.dst_v_ptrs, rs.info.item_lens}});
+      msg.batch.push_back(request_transfer{room, rs.peer, std::move(*plan), pointers_of(st, rs)});
     }
   }
   if (bs.rooms.empty())

@@ -121,8 +121,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Equivalence,
                          ::testing::Values(shape{1, false, 0, 11}, shape{2, false, 0, 12},
                                            shape{4, true, 0, 13}, shape{2, false, 64, 14},
                                            shape{4, false, 32, 15}, shape{1, true, 48, 16}),
-                         [](const ::testing::TestParamInfo<shape>& info) {
-                           const auto& p = info.param;
+                         [](const ::testing::TestParamInfo<shape>& param_info) {
+                           const auto& p = param_info.param;
                            return "cp" + std::to_string(p.cp) + (p.mla ? "_mla" : "_kv") +
                                   "_chunk" + std::to_string(p.chunk_tokens);
                          });
