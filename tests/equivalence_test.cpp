@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -73,6 +74,11 @@ struct shape {
   uint64_t seed;
 };
 
+void PrintTo(const shape& s, std::ostream* os) {
+  *os << "cp " << s.cp << (s.mla ? ", MLA" : ", K/V") << ", chunk " << s.chunk_tokens << ", seed "
+      << s.seed;
+}
+
 class Equivalence : public ::testing::TestWithParam<shape> {};
 
 } // namespace
@@ -115,6 +121,30 @@ TEST_P(Equivalence, BulkAndPerLayerGiveTheSameDecodePoolAndExactlyTheOwnedBytes)
   EXPECT_TRUE(std::memcmp(layered.decode_pool.data(), bulk.decode_pool.data(),
                           bulk.decode_pool.size()) == 0)
       << "decode pools differ between the per-layer and the bulk path";
+}
+
+TEST(EquivalenceMixed, ShortPromptsTakeTheBulkPathInTheSameBatchesAsLongOnes) {
+  log::set_level("warn");
+  auto cfg = std::get<deployment_config>(load_config_string(embedded_demo_config(), "demo.toml"));
+  cfg.model.layers = 6;
+  cfg.model.layer_compute = std::chrono::microseconds(100);
+  cfg.cluster.cp_size = 2;
+  cfg.transfer.max_batch = 4;
+  cfg.workload.rooms = 8;
+  cfg.workload.min_tokens = 1;
+  cfg.workload.max_tokens = 300;
+  cfg.workload.seed = 21;
+  cfg.transfer.per_layer = false;
+  auto bulk = run_once(cfg);
+  cfg.transfer.per_layer = true;
+  cfg.transfer.per_layer_min_tokens = 150; // about half the rooms go bulk
+  auto mixed = run_once(cfg);
+  EXPECT_EQ(mixed.report.complete, cfg.workload.rooms);
+  EXPECT_TRUE(mixed.report.bit_exact);
+  EXPECT_EQ(mixed.report.bytes_written, mixed.report.bytes_expected);
+  ASSERT_EQ(mixed.decode_pool.size(), bulk.decode_pool.size());
+  EXPECT_TRUE(
+      std::memcmp(mixed.decode_pool.data(), bulk.decode_pool.data(), bulk.decode_pool.size()) == 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Equivalence,
