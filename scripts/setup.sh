@@ -60,6 +60,7 @@ run_ctest() { # dir label
 # Sanitizer runtime options: fail on the first report, with our suppressions
 # (tests/tsan.supp says why each one is not a race).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$root/tests/tsan.supp:second_deadlock_stack=1}
 
