@@ -108,8 +108,9 @@ free_port() {
 
 # ---- configs ---------------------------------------------------------------
 # Small geometry by default: 4 layers, 2 heads x 64 x bf16, 16-token pages:
-# a page of one layer's K is 4 KiB, a pool page 32 KiB.
+# a page of one layer's K is 4 KiB, a pool page 32 KiB (HEADS=64: 128 KiB).
 LAYERS=${LAYERS:-4}
+HEADS=${HEADS:-2}
 COMPUTE_US=${COMPUTE_US:-2000}
 PROVIDER=${PROVIDER:-tcp;ofi_rxm}
 CP=${CP:-1}
@@ -130,7 +131,7 @@ common_toml() {
   cat <<EOF
 [model]
 layers = $LAYERS
-kv_heads = 2
+kv_heads = $HEADS
 head_dim = 64
 dtype_bytes = 2
 page_size = 16
