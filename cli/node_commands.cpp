@@ -145,47 +145,25 @@ int run_demo(const demo_options& opts) {
     trace = std::make_shared<trace_recorder>();
   system_config scfg{*cfg, false};
   caf::actor_system sys{scfg};
-  std::vector<std::unique_ptr<prefill_node>> prefill;
-  std::vector<scheduler_actor> schedulers;
   int rc = 1;
-  std::unique_ptr<decode_node> decode;
-  for (uint32_t r = 0; r < cfg->cluster.cp_size; ++r) {
-    auto node = prefill_node::start(sys, *cfg, r, trace);
-    if (!node) {
-      std::cerr << "layerstream demo: prefill rank " << r << ": " << describe(node.error()) << "\n";
-      break;
-    }
-    schedulers.push_back((*node)->scheduler);
-    prefill.push_back(std::move(*node));
+  local_cluster cluster;
+  if (auto err = cluster.start(sys, *cfg, trace)) {
+    std::cerr << "layerstream demo: " << message_of(err) << "\n";
+  } else {
+    auto rep = run_workload(sys, cluster.decode->receiver, *cfg);
+    std::vector<int64_t> tails, forwards;
+    caf::scoped_actor self{sys};
+    for (auto& p : cluster.prefill)
+      self->request(p->scheduler, std::chrono::seconds(5), stats_query{})
+          .receive(
+              [&](scheduler_stats& s) {
+                tails.insert(tails.end(), s.tail_ns.begin(), s.tail_ns.end());
+                forwards.insert(forwards.end(), s.forward_ns.begin(), s.forward_ns.end());
+              },
+              [](caf::error&) {});
+    rc = report(rep, *cfg, median_ms(tails), median_ms(forwards), opts.json_path, "demo");
   }
-  if (prefill.size() == cfg->cluster.cp_size) {
-    auto node = decode_node::start(sys, *cfg, schedulers);
-    if (!node) {
-      std::cerr << "layerstream demo: decode: " << describe(node.error()) << "\n";
-    } else {
-      decode = std::move(*node);
-      auto rep = run_workload(sys, decode->receiver, *cfg);
-      std::vector<int64_t> tails, forwards;
-      caf::scoped_actor self{sys};
-      for (auto& p : prefill)
-        self->request(p->scheduler, std::chrono::seconds(5), stats_query{})
-            .receive(
-                [&](scheduler_stats& s) {
-                  tails.insert(tails.end(), s.tail_ns.begin(), s.tail_ns.end());
-                  forwards.insert(forwards.end(), s.forward_ns.begin(), s.forward_ns.end());
-                },
-                [](caf::error&) {});
-      rc = report(rep, *cfg, median_ms(tails), median_ms(forwards), opts.json_path, "demo");
-    }
-  }
-  if (decode)
-    decode->stop();
-  for (auto& p : prefill)
-    p->stop();
-  // The actor system waits for the actors; the pools (in the nodes) outlive it.
-  sys.await_all_actors_done();
-  if (decode)
-    decode->target->close();
+  cluster.stop(sys);
   if (trace) {
     if (!trace->write(opts.trace_path)) {
       std::cerr << "layerstream demo: cannot write " << opts.trace_path << "\n";

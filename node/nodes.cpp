@@ -84,6 +84,35 @@ void decode_node::stop() {
   caf::anon_send_exit(receiver, caf::exit_reason::user_shutdown);
 }
 
+caf::error local_cluster::start(caf::actor_system& sys, const deployment_config& cfg,
+                                std::shared_ptr<trace_recorder> trace) {
+  std::vector<scheduler_actor> schedulers;
+  for (uint32_t r = 0; r < cfg.cluster.cp_size; ++r) {
+    auto node = prefill_node::start(sys, cfg, r, trace);
+    if (!node)
+      return make_error(lserr::bad_input,
+                        "prefill rank " + std::to_string(r) + ": " + describe(node.error()));
+    schedulers.push_back((*node)->scheduler);
+    prefill.push_back(std::move(*node));
+  }
+  auto node = decode_node::start(sys, cfg, std::move(schedulers));
+  if (!node)
+    return make_error(lserr::bad_input, "decode: " + describe(node.error()));
+  decode = std::move(*node);
+  return caf::none;
+}
+
+void local_cluster::stop(caf::actor_system& sys) {
+  if (decode)
+    decode->stop();
+  for (auto& p : prefill)
+    p->stop();
+  // The pools (in the nodes) must outlive every actor that writes or reads them.
+  sys.await_all_actors_done();
+  if (decode)
+    decode->target->close();
+}
+
 workload_report run_workload(caf::actor_system& sys, const receiver_actor& receiver,
                              const deployment_config& cfg) {
   workload_report rep;

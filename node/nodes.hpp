@@ -50,6 +50,22 @@ struct decode_node {
   void stop();
 };
 
+/// cp_size prefill ranks and one decode node in this process (the demo and
+/// the equivalence tests). The pools live in the nodes: stop() before the
+/// actor system goes away.
+struct local_cluster {
+  std::vector<std::unique_ptr<prefill_node>> prefill;
+  std::unique_ptr<decode_node> decode;
+
+  /// Starts every prefill rank, then the decode node. On error, what was
+  /// started is still here for stop().
+  caf::error start(caf::actor_system& sys, const deployment_config& cfg,
+                   std::shared_ptr<trace_recorder> trace = nullptr);
+
+  /// Stops every actor, waits for all actors of `sys`, closes the fabric target.
+  void stop(caf::actor_system& sys);
+};
+
 /// What a workload run produced (decode side).
 struct workload_report {
   uint32_t rooms = 0;

@@ -35,35 +35,15 @@ run_result run_once(const deployment_config& cfg) {
   run_result out;
   quiet_config scfg;
   caf::actor_system sys{scfg};
-  std::vector<std::unique_ptr<prefill_node>> prefill;
-  std::vector<scheduler_actor> schedulers;
-  for (uint32_t r = 0; r < cfg.cluster.cp_size; ++r) {
-    auto node = prefill_node::start(sys, cfg, r);
-    if (!node) {
-      ADD_FAILURE() << describe(node.error());
-      break;
-    }
-    schedulers.push_back((*node)->scheduler);
-    prefill.push_back(std::move(*node));
+  local_cluster cluster;
+  if (auto err = cluster.start(sys, cfg)) {
+    ADD_FAILURE() << describe(err);
+  } else {
+    out.report = run_workload(sys, cluster.decode->receiver, cfg);
+    auto* pool = cluster.decode->pool.get();
+    out.decode_pool.assign(pool->base(), pool->base() + pool->bytes());
   }
-  std::unique_ptr<decode_node> decode;
-  if (prefill.size() == cfg.cluster.cp_size) {
-    auto node = decode_node::start(sys, cfg, schedulers);
-    if (node) {
-      decode = std::move(*node);
-      out.report = run_workload(sys, decode->receiver, cfg);
-      out.decode_pool.assign(decode->pool->base(), decode->pool->base() + decode->pool->bytes());
-    } else {
-      ADD_FAILURE() << describe(node.error());
-    }
-  }
-  if (decode)
-    decode->stop();
-  for (auto& p : prefill)
-    p->stop();
-  sys.await_all_actors_done();
-  if (decode)
-    decode->target->close();
+  cluster.stop(sys);
   return out;
 }
 
