@@ -25,25 +25,9 @@ wait "$DECODE_PID" 2>/dev/null
 reaped "$DECODE_PID"
 log "decode1 killed (SIGKILL) mid-room"
 
-if wait_settled "$PF_LOG" 0 "$ROOMS" $((ROOM_MS / 1000)); then
-  log "prefill settled all $ROOMS rooms $(since "$t_kill") s after the kill (room_ms $ROOM_MS)"
-else
-  fail "prefill settled only rooms [$(settled_rooms "$PF_LOG" 0 | xargs)] of 1..$ROOMS within room_ms = $ROOM_MS ms"
-fi
-failed=$(failed_rooms "$PF_LOG" 0 | xargs)
-[ -n "$failed" ] || fail "prefill logged no room as failed after the decode was killed"
-log "prefill: rooms failed: [$failed]"
-grep -E "rank 0: room [0-9]+ failed" "$PF_LOG" | head -n 3 | sed 's/^/    /'
-kill -0 "$PF_PID" 2>/dev/null || die "prefill died after its decode was killed"
+expect_prefill_settles "$t_kill" killed
 
 # Restart + reconnect: a fresh decode (same room ids) against the same prefill.
-ROOMS=4
-SEED=$((SEED + 1))
-t=$(now)
-start_decode decode2 "$PF_PORT"
-wait_exit "$DECODE_PID" 40
-log "decode2 exit $EXIT_CODE after $(since "$t") s"
-[ "$EXIT_CODE" -eq 0 ] || fail "the new decode exited $EXIT_CODE, expected 0"
-json_check "$TMP/decode2.json" "$ALL_EXACT" || fail "the new decode's rooms are not all bit-exact"
+expect_fresh_decode_completes
 stop_prefill "$PF_PID" 0
 exit $FAILED

@@ -336,3 +336,35 @@ check_no_false_complete() {
   bad=$(grep "receiver: room [0-9]* complete" "$1" | grep -vc "bit-exact")
   [ "$bad" -eq 0 ] || fail "decode logged $bad rooms complete without bit-exact"
 }
+
+# ---- shared checks of the decode-lost tests --------------------------------
+# expect_prefill_settles T0 WHAT: after the decode was lost at T0 ("killed",
+# "froze"), the prefill settles every room within room_ms, logs some as
+# failed, and stays alive.
+expect_prefill_settles() {
+  local t0=$1 what=$2 failed
+  if wait_settled "$PF_LOG" 0 "$ROOMS" $((ROOM_MS / 1000)); then
+    log "prefill settled all $ROOMS rooms $(since "$t0") s after the decode $what (room_ms $ROOM_MS, submit_ms $SUBMIT_MS, connection_ms $CONNECTION_MS)"
+  else
+    fail "prefill settled only rooms [$(settled_rooms "$PF_LOG" 0 | xargs)] of 1..$ROOMS within room_ms = $ROOM_MS ms"
+  fi
+  failed=$(failed_rooms "$PF_LOG" 0 | xargs)
+  [ -n "$failed" ] || fail "prefill logged no room as failed after the decode $what"
+  log "prefill: rooms failed: [$failed]"
+  grep -E "rank 0: room [0-9]+ failed" "$PF_LOG" | head -n 3 | sed 's/^/    /'
+  kill -0 "$PF_PID" 2>/dev/null || die "prefill died after the decode $what"
+}
+
+# expect_fresh_decode_completes: a new decode (same room ids) against the same
+# prefill completes every room bit-exactly (restart + reconnect).
+expect_fresh_decode_completes() {
+  local t
+  ROOMS=4
+  SEED=$((SEED + 1))
+  t=$(now)
+  start_decode decode2 "$PF_PORT"
+  wait_exit "$DECODE_PID" 40
+  log "decode2 exit $EXIT_CODE after $(since "$t") s"
+  [ "$EXIT_CODE" -eq 0 ] || fail "the new decode exited $EXIT_CODE, expected 0"
+  json_check "$TMP/decode2.json" "$ALL_EXACT" || fail "the new decode's rooms are not all bit-exact"
+}
