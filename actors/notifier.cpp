@@ -1,16 +1,169 @@
 #include "actors/notifier.hpp"
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/spsc_ring.hpp"
 #include <caf/send.hpp>
 
 namespace layerstream {
 
-layer_notifier::layer_notifier(manager_actor manager, event_source& events, stream_handle stream)
-    : manager_(std::move(manager)), events_(events), stream_(stream) {
-  // nop
+namespace {
+
+/// One ring slot: a layer_end to send, or a continuation to run in order.
+/// One cache line each, so a push dirties one line the drain thread reads.
+struct alignas(64) slot {
+  layer_end msg;
+  std::function<void()> then;
+};
+
+} // namespace
+
+class layer_notifier::drain {
+ public:
+  drain(manager_actor manager, notifier_options opts)
+      : manager_(std::move(manager)), opts_(opts), ring_(opts.capacity),
+        thread_([this] { loop(); }) {
+    // nop
+  }
+
+  ~drain() {
+    stopping_.store(true);
+    wake();
+    thread_.join();
+  }
+
+  drain(const drain&) = delete;
+  drain& operator=(const drain&) = delete;
+
+  /// Producer side (the forward thread). False when the ring is full.
+  bool push(slot&& s) {
+    if (!ring_.try_push(std::move(s)))
+      return false;
+    // Dekker pairing with loop(): either the drain thread sees the new slot
+    // before it sleeps, or we see it sleeping and wake it.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_relaxed)) {
+      bump(wakeups_);
+      wake();
+    }
+    bump(offloaded_);
+    return true;
+  }
+
+  notifier_counters counters() const {
+    return {offloaded_.load(), overflowed_.load(), wakeups_.load(), sleeping_.load()};
+  }
+
+  void count_overflow() { bump(overflowed_); }
+
+ private:
+  /// Single writer (the forward thread): a plain store, no locked add.
+  static void bump(std::atomic<uint64_t>& n) {
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  void wake() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    cv_.notify_one();
+  }
+
+  /// Sends everything queued; true if there was anything.
+  bool send_all() {
+    bool any = false;
+    slot s;
+    while (ring_.try_pop(s)) {
+      any = true;
+      if (s.then)
+        s.then();
+      else
+        caf::anon_send(manager_, std::move(s.msg));
+    }
+    return any;
+  }
+
+  void loop() {
+    auto last_activity = std::chrono::steady_clock::now();
+    for (;;) {
+      if (send_all()) {
+        last_activity = std::chrono::steady_clock::now();
+        continue;
+      }
+      if (stopping_.load()) {
+        send_all(); // whatever was pushed before the stop
+        return;
+      }
+      if (std::chrono::steady_clock::now() - last_activity < opts_.idle_sleep) {
+        std::this_thread::sleep_for(opts_.poll);
+        continue;
+      }
+      sleeping_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (ring_.empty() && !stopping_.load()) {
+        std::unique_lock<std::mutex> guard{mtx_};
+        // Bounded: even a lost wake-up costs at most one idle_sleep.
+        cv_.wait_for(guard, opts_.idle_sleep,
+                     [this] { return !ring_.empty() || stopping_.load(); });
+      }
+      sleeping_.store(false, std::memory_order_relaxed);
+      last_activity = std::chrono::steady_clock::now();
+    }
+  }
+
+  manager_actor manager_;
+  notifier_options opts_;
+  spsc_ring<slot> ring_;
+  // Read by the forward thread on every push, written by the drain thread
+  // only when it falls asleep or wakes.
+  alignas(64) std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stopping_{false};
+  // Written by the forward thread only: a line of their own, away from the
+  // flags the drain thread polls.
+  alignas(64) std::atomic<uint64_t> offloaded_{0};
+  std::atomic<uint64_t> overflowed_{0};
+  std::atomic<uint64_t> wakeups_{0};
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::thread thread_; // last: starts after everything it uses
+};
+
+layer_notifier::layer_notifier(manager_actor manager, event_source& events, notifier_options opts,
+                               stream_handle stream)
+    : manager_(manager), events_(events), stream_(stream) {
+  if (opts.poll.count() > 0)
+    drain_ = std::make_shared<drain>(std::move(manager), opts);
 }
 
 void layer_notifier::operator()(uint32_t layer) {
-  caf::anon_send(manager_, layer_end{layer, events_.record(stream_)});
+  slot s{layer_end{layer, events_.record(stream_)}, {}};
+  if (drain_) {
+    if (drain_->push(std::move(s))) // untouched when it fails
+      return;
+    drain_->count_overflow();
+  }
+  caf::anon_send(manager_, std::move(s.msg));
+}
+
+void layer_notifier::then(std::function<void()> fn) {
+  if (drain_) {
+    slot s{{}, std::move(fn)};
+    if (drain_->push(std::move(s)))
+      return;
+    // Full ring: the continuation must not overtake queued layer_ends, and
+    // this is the end of a batch (not the per-layer hot path), so wait for
+    // room. Bounded: the drain thread empties the ring every poll interval.
+    drain_->count_overflow();
+    while (!drain_->push(std::move(s)))
+      std::this_thread::yield();
+    return;
+  }
+  fn();
+}
+
+notifier_counters layer_notifier::counters() const {
+  return drain_ ? drain_->counters() : notifier_counters{};
 }
 
 } // namespace layerstream

@@ -328,12 +328,19 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
   // The forward thread reports back through a weak handle: it must not keep
   // the scheduler alive.
   caf::weak_actor_ptr weak_self{caf::actor_cast<caf::strong_actor_ptr>(self).get()};
+  notifier_options notify_opts;
+  notify_opts.poll = cfg.transfer.notify_poll;
+  layer_notifier notify{manager, init.events, notify_opts};
+  // batch_done goes through the notifier too: the manager must see every
+  // layer_end of the batch before the finish that batch_done triggers.
   init.forward = std::make_unique<cpu_forward>(
-      *pool, cfg.model.layer_compute, layer_notifier{manager, init.events},
-      [weak_self](uint64_t batch, forward_timing timing) {
-        if (auto strong = weak_self.lock())
-          caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong),
-                         batch_done{batch, steady_ns(timing.start), steady_ns(timing.end)});
+      *pool, cfg.model.layer_compute, notify,
+      [weak_self, notify](uint64_t batch, forward_timing timing) mutable {
+        batch_done done{batch, steady_ns(timing.start), steady_ns(timing.end)};
+        notify.then([weak_self, done] {
+          if (auto strong = weak_self.lock())
+            caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong), done);
+        });
       });
   if (cfg.trace)
     init.forward->set_trace(cfg.trace, cfg.cp_rank);

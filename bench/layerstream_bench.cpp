@@ -1,9 +1,12 @@
 // Micro-benchmarks of the prefill hot paths (Google Benchmark).
 //
 //   BM_Notifier/<contexts>   cost on the forward thread of one notifier call
-//                            (record one event + send one layer_end) with that
+//                            (record one event + hand one layer_end to the
+//                            drain thread, as the scheduler runs it) with that
 //                            many active contexts. Target: < 1 us median and
 //                            flat (1024 at most 1.5x the cost of 1).
+//   BM_NotifierDirect/<contexts>  the same with the send on the calling thread
+//                            (notify_poll_us = 0), for comparison.
 //   BM_LayerBlocks/<pages>   one layer's blocks from a precomputed plan whose
 //                            runs are 64 pages long: cost follows runs, not pages
 //                            (see the runs and ns_per_run counters).
@@ -13,9 +16,11 @@
 //      --benchmark_report_aggregates_only=true
 // Every plan is verified against a naive page-by-page computation before
 // timing starts (the data check); a mismatch aborts the benchmark.
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include <benchmark/benchmark.h>
 #include <caf/all.hpp>
@@ -49,7 +54,7 @@ caf::behavior unreachable_transport() {
   }};
 }
 
-void BM_Notifier(benchmark::State& state) {
+void notifier_bench(benchmark::State& state, notifier_options opts) {
   auto& sys = bench_system();
   const auto contexts = static_cast<room_id>(state.range(0));
   constexpr uint32_t layers = 64;
@@ -69,7 +74,7 @@ void BM_Notifier(benchmark::State& state) {
       .receive([](caf::ok_atom) {},
                [&](caf::error& err) { state.SkipWithError(describe(err).c_str()); });
   completed_event_source events;
-  layer_notifier notify{mgr, events};
+  layer_notifier notify{mgr, events, opts};
   uint32_t layer = 0;
   // Long enough for 1024 contexts to take their copies of one layer_end.
   const auto layer_compute = std::chrono::microseconds(3000);
@@ -79,9 +84,20 @@ void BM_Notifier(benchmark::State& state) {
     auto t1 = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
     layer = (layer + 1) % layers;
-    // Untimed: let the manager fan this layer_end out before the next call,
+    // Untimed: wait until the drain thread (if any) has sent it, then let
+    // the manager fan this layer_end out before the next call,
     // so the mailbox does not grow without bound. The manager answers this
     // only after it handled the layer_end (mailboxes are FIFO).
+    std::atomic<bool> sent{false};
+    notify.then([&sent] { sent.store(true); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!sent.load()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        state.SkipWithError("the drain thread did not send a layer_end within 10 s");
+        break;
+      }
+      std::this_thread::yield();
+    }
     self->request(mgr, std::chrono::seconds(10), finish{~room_id{0}})
         .receive([](finish_result&) {}, [](caf::error&) {});
     // Then "compute" for one short layer (spin, as a forward thread would,
@@ -92,11 +108,29 @@ void BM_Notifier(benchmark::State& state) {
     while (std::chrono::steady_clock::now() < until)
       benchmark::ClobberMemory();
   }
+  auto c = notify.counters();
+  state.counters["overflowed"] = static_cast<double>(c.overflowed);
+  state.counters["wakeups"] = static_cast<double>(c.wakeups);
   self->send_exit(mgr, caf::exit_reason::user_shutdown);
   self->send_exit(caf::actor_cast<caf::actor>(transport), caf::exit_reason::user_shutdown);
 }
 // A fixed iteration count: each iteration also waits (untimed) for the fan-out.
+
+// The notifier as the scheduler runs it: offloaded to a drain thread that
+// polls every 50 us (transfer.notify_poll_us, the default).
+void BM_Notifier(benchmark::State& state) {
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  notifier_bench(state, opts);
+}
+
+// For comparison: caf::anon_send on the forward thread (notify_poll_us = 0).
+void BM_NotifierDirect(benchmark::State& state) {
+  notifier_bench(state, notifier_options{});
+}
+
 BENCHMARK(BM_Notifier)->Arg(1)->Arg(64)->Arg(1024)->UseManualTime()->Iterations(500);
+BENCHMARK(BM_NotifierDirect)->Arg(1)->Arg(64)->Arg(1024)->UseManualTime()->Iterations(500);
 
 /// `pages` pages in runs of `run_len` (both src and dst jump between runs).
 std::pair<std::vector<uint64_t>, std::vector<uint64_t>> make_pages(uint64_t pages,

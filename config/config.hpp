@@ -41,6 +41,9 @@ struct transfer_config {
   uint64_t chunk_tokens = 0;
   /// Most requests (chunks) in one forward batch.
   uint32_t max_batch = 16;
+  /// The notifier's drain thread polls this often while a forward runs;
+  /// 0 = the forward thread sends each layer_end itself (see actors/notifier.hpp).
+  std::chrono::microseconds notify_poll{50};
 };
 
 /// [fabric]: the data plane.

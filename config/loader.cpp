@@ -39,6 +39,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("per_layer_min_tokens", c.transfer.per_layer_min_tokens);
   v.field("chunk_tokens", c.transfer.chunk_tokens);
   v.field("max_batch", c.transfer.max_batch);
+  v.field("notify_poll_us", c.transfer.notify_poll);
   v.table("fabric");
   v.field("provider", c.fabric.provider);
   v.field("bind_address", c.fabric.bind_address);
@@ -521,6 +522,10 @@ void check_general(const deployment_config& c, const std::string& file) {
                std::to_string(t.chunk_tokens));
   if (t.max_batch == 0)
     refuse(file, "transfer.max_batch", "must be at least 1, got 0");
+  // Longer than a layer's compute would hold every layer_end back by a layer.
+  if (t.notify_poll > std::chrono::microseconds(10'000))
+    refuse(file, "transfer.notify_poll_us",
+           "must be at most 10000 (10 ms), got " + std::to_string(t.notify_poll.count()));
 
   if (!contains(providers, c.fabric.provider)) {
     std::string hint;

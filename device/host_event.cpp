@@ -41,13 +41,11 @@ size_t host_event::waiting() const {
   return waiting_.size();
 }
 
-completed_event_source::completed_event_source()
-    : done_(std::make_shared<host_event>(caf::error{})) {
-  // nop
-}
-
 event_ptr completed_event_source::record(stream_handle) {
-  return done_;
+  // Immortal (reachable from this static, never freed) and shared through an
+  // aliasing pointer without a control block: copies touch no counter.
+  static host_event* const done = new host_event(caf::error{});
+  return event_ptr{event_ptr{}, done};
 }
 
 event_ptr scripted_event_source::record(stream_handle) {

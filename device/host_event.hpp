@@ -40,14 +40,13 @@ class host_event final : public device_event {
 
 /// Source for CPU runs: the simulated layer wrote its KV synchronously
 /// before notifying, so each recorded event is already complete. One
-/// shared event serves every record() call: no allocation per layer.
+/// process-wide event serves every record() call: no allocation per layer,
+/// and no reference count either (it never dies), so that copies held by
+/// many contexts on other cores do not make the forward thread's record()
+/// wait for a contended cache line.
 class completed_event_source final : public event_source {
  public:
-  completed_event_source();
   event_ptr record(stream_handle stream) override;
-
- private:
-  event_ptr done_;
 };
 
 /// Source for tests: every recorded event stays pending until the test

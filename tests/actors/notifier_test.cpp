@@ -2,6 +2,9 @@
 #define CAF_SUITE notifier
 #include "fixture.hpp"
 
+#include <future>
+#include <thread>
+
 #include "actors/notifier.hpp"
 
 using namespace layerstream;
@@ -22,6 +25,129 @@ CAF_TEST(the notifier records one event and sends one layer_end to the manager) 
   // The manager, not the notifier, fans out: both contexts wait on the one event.
   sched.run();
   CAF_CHECK_EQUAL(events.recorded(0)->waiting(), 2u);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+// The offloaded notifier runs with real threads (the forward thread, its
+// drain thread, CAF's workers), so these tests use a real actor system; every
+// wait has a deadline.
+namespace {
+
+/// Complete events, counted.
+struct counting_event_source final : event_source {
+  completed_event_source inner;
+  size_t recorded = 0;
+  event_ptr record(stream_handle stream) override {
+    ++recorded;
+    return inner.record(stream);
+  }
+  size_t count() const { return recorded; }
+};
+
+struct offload_fixture {
+  test_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  std::shared_ptr<transport_script> script = std::make_shared<transport_script>();
+  submit_sink transport = caf::actor_cast<submit_sink>(sys.spawn(scripted_transport, script));
+  manager_actor mgr = sys.spawn(manager_impl, transport, manager_config{});
+  counting_event_source events;
+
+  void set_up(std::vector<request_transfer> reqs) {
+    self->request(mgr, std::chrono::seconds(10), setup{std::move(reqs)})
+        .receive([](caf::ok_atom) {}, [](caf::error& err) { CAF_FAIL(describe(err)); });
+  }
+
+  /// Waits (10 s at most) until every layer_end notified so far was sent.
+  void wait_sent(layer_notifier& notify) {
+    auto sent = std::make_shared<std::promise<void>>();
+    auto future = sent->get_future();
+    notify.then([sent] { sent->set_value(); });
+    CAF_REQUIRE(future.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  }
+
+  finish_result finish_room(room_id room) {
+    finish_result out;
+    self->request(mgr, std::chrono::seconds(10), finish{room})
+        .receive([&](finish_result& res) { out = res; },
+                 [](caf::error& err) { CAF_FAIL(describe(err)); });
+    return out;
+  }
+
+  ~offload_fixture() {
+    self->send_exit(mgr, caf::exit_reason::user_shutdown);
+    self->send_exit(caf::actor_cast<caf::actor>(transport), caf::exit_reason::user_shutdown);
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(notifier_offload_tests, offload_fixture)
+
+CAF_TEST(an offloaded notifier delivers every layer before its continuation) {
+  constexpr uint32_t layers = 40;
+  auto a = make_request(1, 3, layers);
+  auto b = make_request(2, 5, layers, 50, 500);
+  set_up({a, b});
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  layer_notifier notify{mgr, events, opts};
+  for (uint32_t l = 0; l < layers; ++l)
+    notify(l);
+  // A finish sent from the continuation must find every layer handed over.
+  wait_sent(notify);
+  for (auto& req : {a, b}) {
+    auto res = finish_room(req.room);
+    CAF_CHECK(!res.status);
+    CAF_CHECK_EQUAL(res.layers_sent, layers);
+    uint64_t bytes = 0;
+    for (uint32_t l = 0; l < layers; ++l)
+      bytes += expected_bytes(req, l);
+    CAF_CHECK_EQUAL(res.bytes, bytes);
+  }
+  CAF_CHECK_EQUAL(events.count(), layers);                   // one event per layer, not per room
+  CAF_CHECK_EQUAL(notify.counters().offloaded, layers + 1u); // + the continuation
+  CAF_CHECK_EQUAL(notify.counters().overflowed, 0u);
+}
+
+CAF_TEST(a full ring falls back to direct sends and loses no layer) {
+  constexpr uint32_t layers = 64;
+  auto a = make_request(1, 2, layers);
+  set_up({a});
+  notifier_options opts;
+  opts.poll = std::chrono::milliseconds(20); // the drain thread lags far behind
+  opts.capacity = 2;
+  layer_notifier notify{mgr, events, opts};
+  for (uint32_t l = 0; l < layers; ++l)
+    notify(l);
+  CAF_CHECK_GREATER(notify.counters().overflowed, 0u);
+  wait_sent(notify);
+  auto res = finish_room(a.room);
+  CAF_CHECK(!res.status);
+  CAF_CHECK_EQUAL(res.layers_sent, layers);
+}
+
+CAF_TEST(an idle drain thread sleeps and the next notify wakes it) {
+  auto a = make_request(1, 2, 2);
+  set_up({a});
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  opts.idle_sleep = std::chrono::milliseconds(5);
+  layer_notifier notify{mgr, events, opts};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!notify.counters().sleeping && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  CAF_REQUIRE(notify.counters().sleeping);
+  notify(0);
+  notify(1);
+  wait_sent(notify);
+  // Woken at most once per notify that found it asleep, and never missed:
+  // both layers (and the continuation) arrived well inside the idle wait.
+  CAF_CHECK_GREATER_OR_EQUAL(notify.counters().wakeups, 1u);
+  auto res = finish_room(a.room);
+  CAF_CHECK(!res.status);
+  CAF_CHECK_EQUAL(res.layers_sent, 2u);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

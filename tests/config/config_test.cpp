@@ -404,6 +404,13 @@ TEST(ConfigLoader, ZeroMaxBatchIsRefused) {
   expect_refused("[transfer]\nmax_batch = 0\n", "transfer.max_batch", "must be at least 1");
 }
 
+TEST(ConfigLoader, NotifyPollIsReadAndBounded) {
+  EXPECT_EQ(parse_ok("").transfer.notify_poll, std::chrono::microseconds(50));
+  EXPECT_EQ(parse_ok("[transfer]\nnotify_poll_us = 0\n").transfer.notify_poll.count(), 0);
+  expect_refused("[transfer]\nnotify_poll_us = 20000\n", "transfer.notify_poll_us",
+                 "must be at most 10000");
+}
+
 TEST(ConfigLoader, ZeroMinTokensIsRefused) {
   expect_refused("[workload]\nmin_tokens = 0\n", "workload.min_tokens", "must be at least 1");
 }
