@@ -13,6 +13,7 @@
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "config/loader.hpp"
+#include "node/auth.hpp"
 #include "node/nodes.hpp"
 
 namespace layerstream::cli {
@@ -197,12 +198,23 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     std::cerr << "layerstream prefill: " << describe(node.error()) << "\n";
     return 1;
   }
-  auto port =
-      sys.middleman().publish((*node)->scheduler, cfg->prefill.port, cfg->prefill.host.c_str());
+  // Peers reach the scheduler only through the gate's authenticated sessions.
+  gate_config gcfg;
+  gcfg.token = cfg->cluster.token;
+  gcfg.scheduler = (*node)->scheduler;
+  gcfg.session_timeout = 2 * cfg->timeouts.room + cfg->timeouts.submit;
+  gcfg.challenge_ttl = std::max<caf::timespan>(cfg->timeouts.connection, std::chrono::seconds(5));
+  gcfg.name = "rank " + std::to_string(cfg->prefill.cp_rank);
+  auto gate = sys.spawn(gate_impl, std::move(gcfg));
+  auto stop_all = [&] {
+    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    (*node)->stop();
+  };
+  auto port = sys.middleman().publish(gate, cfg->prefill.port, cfg->prefill.host.c_str());
   if (!port) {
     std::cerr << "layerstream prefill: cannot publish on " << cfg->prefill.host << ":"
               << cfg->prefill.port << ": " << sys.render(port.error()) << "\n";
-    (*node)->stop();
+    stop_all();
     return 1;
   }
   LS_INFO("prefill rank {} serving on {}:{}", cfg->prefill.cp_rank, cfg->prefill.host, *port);
@@ -211,7 +223,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   int sig = 0;
   sigwait(&sigs, &sig);
   LS_INFO("prefill rank {}: signal {}, shutting down", cfg->prefill.cp_rank, sig);
-  (*node)->stop();
+  stop_all();
   sys.await_all_actors_done();
   return 0;
 }
@@ -240,9 +252,18 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     // The prefill ranks may still be starting: retry until the connection timeout.
     auto deadline = std::chrono::steady_clock::now() + cfg->timeouts.connection;
     for (;;) {
-      auto h = sys.middleman().remote_actor<scheduler_actor>(host, port);
+      auto h = sys.middleman().remote_actor<gate_actor>(host, port);
       if (h) {
-        schedulers.push_back(*h);
+        // Both sides prove the cluster token before any fabric address or key moves.
+        auto session = authenticate(sys, *h, cfg->cluster.token, cfg->timeouts.connection);
+        if (!session) {
+          LS_ERROR("decode: prefill rank at {}: {}", endpoint, describe(session.error()));
+          std::cerr << "layerstream decode: prefill rank at " << endpoint << ": "
+                    << describe(session.error()) << "\n";
+          return 1;
+        }
+        LS_INFO("decode: authenticated with prefill rank at {}", endpoint);
+        schedulers.push_back(*session);
         break;
       }
       if (std::chrono::steady_clock::now() >= deadline) {

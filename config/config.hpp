@@ -100,6 +100,11 @@ struct workload_config {
 struct cluster_config {
   /// Number of prefill ranks writing each room (context parallelism).
   uint32_t cp_size = 1;
+  /// The cluster's shared secret (at least 16 characters; required for
+  /// `prefill` and `decode`). Control-plane peers prove they hold it with an
+  /// HMAC-SHA256 challenge/response (node/auth.hpp) before any fabric address
+  /// or key is exchanged; the token itself is never sent.
+  std::string token;
 };
 
 /// [log]

@@ -64,6 +64,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("corrupt_rooms", c.workload.corrupt_rooms); // TESTING ONLY: fault injection
   v.table("cluster");
   v.field("cp_size", c.cluster.cp_size);
+  v.field("token", c.cluster.token);
   v.table("log");
   v.field("level", c.log.level);
 }
@@ -72,6 +73,7 @@ constexpr const char* providers[] = {"",        "tcp;ofi_rxm",   "net", "shm",
                                      "sockets", "verbs;ofi_rxm", "efa", "udp;ofi_rxd"};
 constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr uint32_t max_cp_size = 64;
+constexpr size_t min_token_chars = 16;
 
 /// Thrown inside this file only; every public function returns it as a value.
 struct refused {
@@ -609,6 +611,17 @@ void check_decode_pool(const deployment_config& c, const std::string& file) {
                " tokens: need at least " + std::to_string(pages));
 }
 
+/// prefill and decode talk over the control plane: they need the cluster token.
+void check_token(const deployment_config& c, const std::string& file) {
+  if (c.cluster.token.size() < min_token_chars)
+    refuse(file, "cluster.token",
+           c.cluster.token.empty()
+               ? "required for prefill and decode: the cluster's shared secret (at least " +
+                     std::to_string(min_token_chars) + " characters, the same on every node)"
+               : "too short: " + std::to_string(c.cluster.token.size()) +
+                     " characters, need at least " + std::to_string(min_token_chars));
+}
+
 void check_role(const deployment_config& c, config_role role, const std::string& file) {
   switch (role) {
   case config_role::demo:
@@ -622,6 +635,7 @@ void check_role(const deployment_config& c, config_role role, const std::string&
              "(1..65535)");
     if (c.prefill.host.empty())
       refuse(file, "prefill.host", "required for a prefill rank: the address to publish on");
+    check_token(c, file);
     check_prefill_pool(c, file);
     break;
   case config_role::decode:
@@ -633,6 +647,7 @@ void check_role(const deployment_config& c, config_role role, const std::string&
              "lists " + std::to_string(c.decode.prefill.size()) +
                  " prefill ranks but cluster.cp_size is " + std::to_string(c.cluster.cp_size) +
                  " (one \"host:port\" per CP rank)");
+    check_token(c, file);
     check_decode_pool(c, file);
     break;
   }
