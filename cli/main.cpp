@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   demo->add_flag("--bulk", demo_opts.bulk, "per-layer off: classic transfer after the forward");
   add_optional(demo, "--provider", demo_opts.provider,
                "libfabric provider: tcp;ofi_rxm, net, shm, sockets");
+  add_optional(demo, "--fault-rate", demo_opts.fault_rate,
+               "TESTING: probability that a write completion becomes a CQ error");
   add_optional(demo, "--log-level", demo_opts.log_level, "trace, debug, info, warn, error, off");
   demo->add_option("--json", demo_opts.json_path, "write the report as JSON to this file");
   demo->add_option("--trace", demo_opts.trace_path,

@@ -133,6 +133,8 @@ int run_demo(const demo_options& opts) {
       c.transfer.per_layer = false;
     if (opts.provider)
       c.fabric.provider = *opts.provider;
+    if (opts.fault_rate)
+      c.workload.fault_rate = *opts.fault_rate;
     if (opts.log_level)
       c.log.level = *opts.log_level;
   });

@@ -94,6 +94,11 @@ struct workload_config {
   /// past the end of the advertised region), so that they must fail cleanly.
   /// Empty (the default) in every real deployment.
   std::vector<uint64_t> corrupt_rooms;
+  /// TESTING ONLY (fault injection, `demo --fault-rate`): the probability
+  /// that a prefill rank's write completion is turned into a CQ error
+  /// completion (transport/fabric/fault_injection.hpp; seeded from `seed`).
+  /// 0 (the default) in every real deployment.
+  double fault_rate = 0;
 };
 
 /// [cluster]

@@ -62,6 +62,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("seed", c.workload.seed);
   v.field("fragmentation", c.workload.fragmentation);
   v.field("corrupt_rooms", c.workload.corrupt_rooms); // TESTING ONLY: fault injection
+  v.field("fault_rate", c.workload.fault_rate);       // TESTING ONLY: fault injection
   v.table("cluster");
   v.field("cp_size", c.cluster.cp_size);
   v.field("token", c.cluster.token);
@@ -580,6 +581,8 @@ void check_general(const deployment_config& c, const std::string& file) {
   if (!(w.fragmentation >= 0.0 && w.fragmentation <= 1.0))
     refuse(file, "workload.fragmentation",
            "must be in [0, 1], got " + format_double(w.fragmentation));
+  if (!(w.fault_rate >= 0.0 && w.fault_rate <= 1.0))
+    refuse(file, "workload.fault_rate", "must be in [0, 1], got " + format_double(w.fault_rate));
 
   if (!contains(log_levels, c.log.level))
     refuse(file, "log.level",

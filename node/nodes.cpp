@@ -23,6 +23,13 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   tcfg.fabric.bind_address = cfg.fabric.bind_address;
   tcfg.regions.push_back({node->pool->base(), node->pool->bytes()});
   tcfg.write_timeout = cfg.timeouts.submit;
+  if (cfg.workload.fault_rate > 0) {
+    LS_WARN("prefill rank {}: TEST HOOK workload.fault_rate = {}: write completions are turned "
+            "into CQ errors at random",
+            cp_rank, cfg.workload.fault_rate);
+    tcfg.faults = std::make_shared<fabric::random_faults>(cfg.workload.fault_rate,
+                                                          cfg.workload.seed + cp_rank);
+  }
   auto transport = spawn_transport(sys, std::move(tcfg));
   if (!transport)
     return transport.error();
