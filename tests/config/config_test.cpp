@@ -546,6 +546,11 @@ TEST(ConfigRoles, PrefillAndDecodeNeedTheClusterToken) {
   expect_invalid(cfg, config_role::decode, "cluster.token", "too short: 15 characters");
 }
 
+TEST(ConfigLoader, NonAsciiTextIsRefusedWithItsLine) {
+  // toml++ 3.3 has undefined behaviour on some non-ASCII whitespace (fuzzer finding).
+  expect_refused("[model]\nlayers = 4\n# caf\xc3\xa9\n", "", "non-ASCII byte");
+}
+
 TEST(ConfigLoader, TheClusterTokenIsRead) {
   auto res = load_config_string("[cluster]\ntoken = \"a-long-enough-secret\"\n", "t.toml");
   ASSERT_TRUE(std::holds_alternative<deployment_config>(res));
