@@ -121,7 +121,7 @@ void local_cluster::stop(caf::actor_system& sys) {
 }
 
 workload_report run_workload(caf::actor_system& sys, const receiver_actor& receiver,
-                             const deployment_config& cfg) {
+                             const deployment_config& cfg, room_id first_room) {
   workload_report rep;
   const auto& w = cfg.workload;
   std::mt19937_64 rng{w.seed};
@@ -134,7 +134,7 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
     auto n = tokens(rng);
     auto pages = (n + cfg.model.page_size - 1) / cfg.model.page_size;
     rep.bytes_expected += pages * cfg.model.item_len() * buffers * cfg.model.layers;
-    self->send(receiver, open_room{r + 1, n});
+    self->send(receiver, open_room{first_room + r, n});
   }
   rep.rooms = w.rooms;
   bool all_exact = true;
