@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   demo->add_flag("--bulk", demo_opts.bulk, "per-layer off: classic transfer after the forward");
   add_optional(demo, "--provider", demo_opts.provider,
                "libfabric provider: tcp;ofi_rxm, net, shm, sockets");
+  add_optional(demo, "--fault-rate", demo_opts.fault_rate,
+               "TESTING: probability that a write completion becomes a CQ error");
   add_optional(demo, "--log-level", demo_opts.log_level, "trace, debug, info, warn, error, off");
   demo->add_option("--json", demo_opts.json_path, "write the report as JSON to this file");
   demo->add_option("--trace", demo_opts.trace_path,
@@ -78,6 +80,21 @@ int main(int argc, char** argv) {
   bench_transport->add_flag("--quick", tb_quick, "a short smoke run");
   bench_transport->add_option("--json", tb.json_path, "write the results as JSON to this file");
 
+  layerstream::cli::soak_options soak_opts;
+  auto* bench_soak = bench->add_subcommand(
+      "soak", "Many rooms with random injected CQ errors: each complete and bit-exact or failed "
+              "with a reason; counts and memory growth");
+  bench_soak->add_option("--config", soak_opts.config_path, "TOML config (default: embedded demo)");
+  bench_soak->add_option("--rooms", soak_opts.rooms,
+                         "rooms in all (run in rounds of workload.rooms)");
+  bench_soak->add_option("--fault-rate", soak_opts.fault_rate,
+                         "probability that a write completion becomes a CQ error");
+  add_optional(bench_soak, "--provider", soak_opts.provider, "libfabric provider");
+  add_optional(bench_soak, "--log-level", soak_opts.log_level,
+               "trace, debug, info, warn, error, off");
+  bench_soak->add_option("--max-rss-growth-mb", soak_opts.max_rss_growth_mb,
+                         "fail when resident memory grows more than this after the warm-up");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -93,6 +110,8 @@ int main(int argc, char** argv) {
     return layerstream::cli::run_prefill(prefill_config, prefill_log);
   if (*decode)
     return layerstream::cli::run_decode(decode_config, decode_log, decode_json);
+  if (*bench_soak)
+    return layerstream::cli::run_soak(soak_opts);
   if (*bench_transport) {
     if (tb_quick) {
       tb.bytes_per_rep = 8 << 20;

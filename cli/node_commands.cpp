@@ -6,6 +6,8 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "config/loader.hpp"
+#include "node/auth.hpp"
 #include "node/nodes.hpp"
 
 namespace layerstream::cli {
@@ -132,6 +135,8 @@ int run_demo(const demo_options& opts) {
       c.transfer.per_layer = false;
     if (opts.provider)
       c.fabric.provider = *opts.provider;
+    if (opts.fault_rate)
+      c.workload.fault_rate = *opts.fault_rate;
     if (opts.log_level)
       c.log.level = *opts.log_level;
   });
@@ -174,6 +179,94 @@ int run_demo(const demo_options& opts) {
   return rc;
 }
 
+namespace {
+/// Resident set size of this process, bytes (0 if /proc is unreadable).
+uint64_t rss_bytes() {
+  std::ifstream statm{"/proc/self/statm"};
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+} // namespace
+
+int run_soak(const soak_options& opts) {
+  auto cfg = load(opts.config_path, config_role::demo, [&](deployment_config& c) {
+    c.workload.fault_rate = opts.fault_rate;
+    if (opts.provider)
+      c.fabric.provider = *opts.provider;
+    if (opts.log_level)
+      c.log.level = *opts.log_level;
+  });
+  if (!cfg)
+    return 2;
+  apply_log_level(*cfg, opts.log_level);
+  if (!address_ok(check_local_address(cfg->fabric.bind_address), "bench soak"))
+    return 2;
+  system_config scfg{*cfg, false};
+  caf::actor_system sys{scfg};
+  local_cluster cluster;
+  if (auto err = cluster.start(sys, *cfg)) {
+    std::cerr << "layerstream bench soak: " << message_of(err) << "\n";
+    cluster.stop(sys);
+    return 1;
+  }
+  const uint64_t batch = std::max<uint64_t>(cfg->workload.rooms, 1);
+  const uint64_t rounds = (opts.rooms + batch - 1) / batch;
+  const uint64_t warmup = std::max<uint64_t>(rounds / 10, 1);
+  uint64_t complete = 0, failed = 0, unreasoned = 0, not_exact = 0, lost = 0;
+  uint64_t rss_warm = 0;
+  std::vector<std::string> samples;
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t seed = cfg->workload.seed;
+  for (uint64_t round = 0; round < rounds; ++round) {
+    auto rcfg = *cfg;
+    rcfg.workload.rooms = static_cast<uint32_t>(std::min(batch, opts.rooms - round * batch));
+    rcfg.workload.seed = seed + round;
+    auto rep = run_workload(sys, cluster.decode->receiver, rcfg, 1 + round * batch);
+    complete += rep.complete;
+    failed += rep.failed;
+    lost += rep.rooms - rep.complete - rep.failed;
+    if (rep.complete > 0 && !rep.bit_exact)
+      ++not_exact;
+    for (auto& f : rep.failures) {
+      if (f.find(": ") == std::string::npos || f.find("no answer") != std::string::npos)
+        ++unreasoned;
+      if (samples.size() < 3)
+        samples.push_back(f);
+    }
+    if (round + 1 == warmup)
+      rss_warm = rss_bytes();
+  }
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t rss_end = rss_bytes();
+  uint64_t prefill_settled = 0;
+  {
+    // Scoped: the actor system waits for this actor too in cluster.stop().
+    caf::scoped_actor self{sys};
+    for (auto& p : cluster.prefill)
+      self->request(p->scheduler, std::chrono::seconds(5), stats_query{})
+          .receive(
+              [&](scheduler_stats& s) { prefill_settled += s.rooms_complete + s.rooms_failed; },
+              [](caf::error&) {});
+  }
+  cluster.stop(sys);
+  const double growth_mb = (static_cast<double>(rss_end) - static_cast<double>(rss_warm)) / 1e6;
+  std::cout << "layerstream bench soak: " << opts.rooms << " rooms, fault rate " << opts.fault_rate
+            << ": " << complete << " complete (bit-exact: " << (not_exact == 0 ? "yes" : "NO")
+            << "), " << failed << " failed, " << lost << " lost, " << unreasoned
+            << " without a reason; prefill settled " << prefill_settled << "; " << wall_s << " s\n"
+            << "  RSS after warm-up (" << warmup * batch << " rooms) " << rss_warm / 1000000.0
+            << " MB, at the end " << rss_end / 1000000.0 << " MB, growth " << growth_mb
+            << " MB (limit " << opts.max_rss_growth_mb << ")\n";
+  for (auto& s : samples)
+    std::cout << "  e.g. failed: " << s << "\n";
+  const bool ok = complete + failed == opts.rooms && lost == 0 && unreasoned == 0 &&
+                  not_exact == 0 && prefill_settled == opts.rooms * cfg->cluster.cp_size &&
+                  (opts.max_rss_growth_mb < 0 || growth_mb <= opts.max_rss_growth_mb);
+  return ok ? 0 : 1;
+}
+
 int run_prefill(const std::string& config_path, std::optional<std::string> log_level) {
   auto cfg = load(config_path, config_role::prefill);
   if (!cfg)
@@ -197,12 +290,23 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     std::cerr << "layerstream prefill: " << describe(node.error()) << "\n";
     return 1;
   }
-  auto port =
-      sys.middleman().publish((*node)->scheduler, cfg->prefill.port, cfg->prefill.host.c_str());
+  // Peers reach the scheduler only through the gate's authenticated sessions.
+  gate_config gcfg;
+  gcfg.token = cfg->cluster.token;
+  gcfg.scheduler = (*node)->scheduler;
+  gcfg.session_timeout = 2 * cfg->timeouts.room + cfg->timeouts.submit;
+  gcfg.challenge_ttl = std::max<caf::timespan>(cfg->timeouts.connection, std::chrono::seconds(5));
+  gcfg.name = "rank " + std::to_string(cfg->prefill.cp_rank);
+  auto gate = sys.spawn(gate_impl, std::move(gcfg));
+  auto stop_all = [&] {
+    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    (*node)->stop();
+  };
+  auto port = sys.middleman().publish(gate, cfg->prefill.port, cfg->prefill.host.c_str());
   if (!port) {
     std::cerr << "layerstream prefill: cannot publish on " << cfg->prefill.host << ":"
               << cfg->prefill.port << ": " << sys.render(port.error()) << "\n";
-    (*node)->stop();
+    stop_all();
     return 1;
   }
   LS_INFO("prefill rank {} serving on {}:{}", cfg->prefill.cp_rank, cfg->prefill.host, *port);
@@ -211,7 +315,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   int sig = 0;
   sigwait(&sigs, &sig);
   LS_INFO("prefill rank {}: signal {}, shutting down", cfg->prefill.cp_rank, sig);
-  (*node)->stop();
+  stop_all();
   sys.await_all_actors_done();
   return 0;
 }
@@ -240,9 +344,18 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     // The prefill ranks may still be starting: retry until the connection timeout.
     auto deadline = std::chrono::steady_clock::now() + cfg->timeouts.connection;
     for (;;) {
-      auto h = sys.middleman().remote_actor<scheduler_actor>(host, port);
+      auto h = sys.middleman().remote_actor<gate_actor>(host, port);
       if (h) {
-        schedulers.push_back(*h);
+        // Both sides prove the cluster token before any fabric address or key moves.
+        auto session = authenticate(sys, *h, cfg->cluster.token, cfg->timeouts.connection);
+        if (!session) {
+          LS_ERROR("decode: prefill rank at {}: {}", endpoint, describe(session.error()));
+          std::cerr << "layerstream decode: prefill rank at " << endpoint << ": "
+                    << describe(session.error()) << "\n";
+          return 1;
+        }
+        LS_INFO("decode: authenticated with prefill rank at {}", endpoint);
+        schedulers.push_back(*session);
         break;
       }
       if (std::chrono::steady_clock::now() >= deadline) {

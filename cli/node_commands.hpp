@@ -8,6 +8,22 @@
 
 namespace layerstream::cli {
 
+/// `layerstream bench soak`: `rooms` rooms in demo-sized rounds with random
+/// injected CQ errors; every room must end complete and bit-exact or failed
+/// with a reason. Prints the counts and the resident-memory growth.
+struct soak_options {
+  std::string config_path;
+  uint64_t rooms = 1000;
+  double fault_rate = 0.01;
+  std::optional<std::string> provider;
+  std::optional<std::string> log_level;
+  /// Fail (exit 1) when RSS grows more than this after the warm-up rounds
+  /// (< 0: report only). RSS also grows as KV pool pages are first touched,
+  /// so this is a coarse bound, not a leak detector.
+  double max_rss_growth_mb = -1;
+};
+int run_soak(const soak_options& opts);
+
 /// Flags of `layerstream demo`; each set one overrides the config.
 struct demo_options {
   std::string config_path; // empty: the embedded default (config/demo.toml)
@@ -18,6 +34,7 @@ struct demo_options {
   std::optional<uint64_t> chunk_tokens;
   bool bulk = false;
   std::optional<std::string> provider;
+  std::optional<double> fault_rate;
   std::optional<std::string> log_level;
   std::string json_path;
   std::string trace_path;

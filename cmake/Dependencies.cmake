@@ -6,6 +6,7 @@ find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto) # HMAC of the control-plane handshake
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric>=1.17)
 find_path(TOMLPP_INCLUDE_DIR toml++/toml.h REQUIRED) # used header-only (config/CMakeLists.txt)

@@ -35,6 +35,8 @@ const char* to_string(lserr code) {
     return "missing_layer";
   case lserr::cancelled:
     return "cancelled";
+  case lserr::unauthorized:
+    return "unauthorized";
   }
   return "unknown";
 }

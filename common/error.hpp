@@ -45,6 +45,8 @@ enum class lserr : uint8_t {
   missing_layer,
   /// The operation was not attempted because the room had already failed.
   cancelled,
+  /// A control-plane peer did not prove the cluster token (missing or wrong).
+  unauthorized,
 };
 
 /// Stable lower-case name of an error code.

@@ -97,12 +97,22 @@ struct workload_config {
   /// past the end of the advertised region), so that they must fail cleanly.
   /// Empty (the default) in every real deployment.
   std::vector<uint64_t> corrupt_rooms;
+  /// TESTING ONLY (fault injection, `demo --fault-rate`): the probability
+  /// that a prefill rank's write completion is turned into a CQ error
+  /// completion (transport/fabric/fault_injection.hpp; seeded from `seed`).
+  /// 0 (the default) in every real deployment.
+  double fault_rate = 0;
 };
 
 /// [cluster]
 struct cluster_config {
   /// Number of prefill ranks writing each room (context parallelism).
   uint32_t cp_size = 1;
+  /// The cluster's shared secret (at least 16 characters; required for
+  /// `prefill` and `decode`). Control-plane peers prove they hold it with an
+  /// HMAC-SHA256 challenge/response (node/auth.hpp) before any fabric address
+  /// or key is exchanged; the token itself is never sent.
+  std::string token;
 };
 
 /// [log]

@@ -63,8 +63,10 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("seed", c.workload.seed);
   v.field("fragmentation", c.workload.fragmentation);
   v.field("corrupt_rooms", c.workload.corrupt_rooms); // TESTING ONLY: fault injection
+  v.field("fault_rate", c.workload.fault_rate);       // TESTING ONLY: fault injection
   v.table("cluster");
   v.field("cp_size", c.cluster.cp_size);
+  v.field("token", c.cluster.token);
   v.table("log");
   v.field("level", c.log.level);
 }
@@ -73,6 +75,7 @@ constexpr const char* providers[] = {"",        "tcp;ofi_rxm",   "net", "shm",
                                      "sockets", "verbs;ofi_rxm", "efa", "udp;ofi_rxd"};
 constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr uint32_t max_cp_size = 64;
+constexpr size_t min_token_chars = 16;
 
 /// Thrown inside this file only; every public function returns it as a value.
 struct refused {
@@ -583,6 +586,8 @@ void check_general(const deployment_config& c, const std::string& file) {
   if (!(w.fragmentation >= 0.0 && w.fragmentation <= 1.0))
     refuse(file, "workload.fragmentation",
            "must be in [0, 1], got " + format_double(w.fragmentation));
+  if (!(w.fault_rate >= 0.0 && w.fault_rate <= 1.0))
+    refuse(file, "workload.fault_rate", "must be in [0, 1], got " + format_double(w.fault_rate));
 
   if (!contains(log_levels, c.log.level))
     refuse(file, "log.level",
@@ -614,6 +619,17 @@ void check_decode_pool(const deployment_config& c, const std::string& file) {
                " tokens: need at least " + std::to_string(pages));
 }
 
+/// prefill and decode talk over the control plane: they need the cluster token.
+void check_token(const deployment_config& c, const std::string& file) {
+  if (c.cluster.token.size() < min_token_chars)
+    refuse(file, "cluster.token",
+           c.cluster.token.empty()
+               ? "required for prefill and decode: the cluster's shared secret (at least " +
+                     std::to_string(min_token_chars) + " characters, the same on every node)"
+               : "too short: " + std::to_string(c.cluster.token.size()) +
+                     " characters, need at least " + std::to_string(min_token_chars));
+}
+
 void check_role(const deployment_config& c, config_role role, const std::string& file) {
   switch (role) {
   case config_role::demo:
@@ -627,6 +643,7 @@ void check_role(const deployment_config& c, config_role role, const std::string&
              "(1..65535)");
     if (c.prefill.host.empty())
       refuse(file, "prefill.host", "required for a prefill rank: the address to publish on");
+    check_token(c, file);
     check_prefill_pool(c, file);
     break;
   case config_role::decode:
@@ -638,6 +655,7 @@ void check_role(const deployment_config& c, config_role role, const std::string&
              "lists " + std::to_string(c.decode.prefill.size()) +
                  " prefill ranks but cluster.cp_size is " + std::to_string(c.cluster.cp_size) +
                  " (one \"host:port\" per CP rank)");
+    check_token(c, file);
     check_decode_pool(c, file);
     break;
   }
@@ -668,6 +686,16 @@ const char* to_string(config_role role) {
 
 config_result load_config_string(std::string_view toml_text, std::string name) {
   try {
+    // ASCII only: toml++ 3.3 reaches TOML_UNREACHABLE (undefined behaviour)
+    // on some non-ASCII whitespace (found by tests/fuzz/config_fuzz), and no
+    // key or value of ours needs more than ASCII.
+    uint32_t line = 1;
+    for (char ch : toml_text) {
+      if (ch == '\n')
+        ++line;
+      if (static_cast<unsigned char>(ch) >= 0x80)
+        refuse(name, "", "non-ASCII byte: config files must be plain ASCII", line);
+    }
     toml::table root;
     try {
       root = toml::parse(toml_text, name);

@@ -1,5 +1,7 @@
 #include "messages/messages.hpp"
 
+#include "actors/scheduler_protocol.hpp"
+
 namespace layerstream {
 
 std::string to_string(room_state state) {
@@ -44,6 +46,11 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<close_room>("layerstream::close_room");
   cfg.add_message_type<room_status_query>("layerstream::room_status_query");
   cfg.add_message_type<room_status>("layerstream::room_status");
+  cfg.add_message_type<auth_hello>("layerstream::auth_hello");
+  cfg.add_message_type<auth_challenge>("layerstream::auth_challenge");
+  cfg.add_message_type<auth_proof>("layerstream::auth_proof");
+  // The gate answers a good auth_proof with a session handle (node/auth.hpp).
+  cfg.add_message_type<scheduler_actor>("layerstream::scheduler_actor");
 }
 
 } // namespace layerstream

@@ -257,6 +257,55 @@ typename Inspector::result_type inspect(Inspector& f, kv_ready& x) {
   return f(caf::meta::type_name("kv_ready"), x.room, x.cp_rank, x.status, x.bytes);
 }
 
+// -- control-plane authentication (node/auth.hpp) ----------------------------
+// Mutual HMAC-SHA256 challenge/response over the cluster token; the token
+// itself never crosses the wire. Wire layout of every proof (32 bytes):
+//   HMAC(token, "layerstream-auth-v1 " + role + client_nonce + server_nonce)
+// with role "prefill" (server proof) or "decode" (client proof).
+
+/// decode -> prefill gate: a fresh 32-byte nonce. Answered with auth_challenge.
+struct auth_hello {
+  std::vector<uint8_t> client_nonce;
+  friend bool operator==(const auth_hello& a, const auth_hello& b) {
+    return a.client_nonce == b.client_nonce;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, auth_hello& x) {
+  return f(caf::meta::type_name("auth_hello"), x.client_nonce);
+}
+
+/// prefill gate -> decode, the answer to auth_hello: the gate's nonce and its
+/// proof that it holds the token (checked before decode sends any key).
+struct auth_challenge {
+  std::vector<uint8_t> server_nonce;
+  std::vector<uint8_t> server_proof;
+  friend bool operator==(const auth_challenge& a, const auth_challenge& b) {
+    return a.server_nonce == b.server_nonce && a.server_proof == b.server_proof;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, auth_challenge& x) {
+  return f(caf::meta::type_name("auth_challenge"), x.server_nonce, x.server_proof);
+}
+
+/// decode -> prefill gate: its proof for one challenge (used once). Answered
+/// with a session (the scheduler protocol) or lserr::unauthorized.
+struct auth_proof {
+  std::vector<uint8_t> server_nonce;
+  std::vector<uint8_t> client_proof;
+  friend bool operator==(const auth_proof& a, const auth_proof& b) {
+    return a.server_nonce == b.server_nonce && a.client_proof == b.client_proof;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, auth_proof& x) {
+  return f(caf::meta::type_name("auth_proof"), x.server_nonce, x.client_proof);
+}
+
 // -- scheduler (prefill rank) ------------------------------------------------
 
 /// forward thread -> scheduler: a batch's forward ended (steady-clock ns).

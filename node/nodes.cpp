@@ -23,6 +23,13 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   tcfg.fabric.bind_address = cfg.fabric.bind_address;
   tcfg.regions.push_back({node->pool->base(), node->pool->bytes()});
   tcfg.write_timeout = cfg.timeouts.submit;
+  if (cfg.workload.fault_rate > 0) {
+    LS_WARN("prefill rank {}: TEST HOOK workload.fault_rate = {}: write completions are turned "
+            "into CQ errors at random",
+            cp_rank, cfg.workload.fault_rate);
+    tcfg.faults = std::make_shared<fabric::random_faults>(cfg.workload.fault_rate,
+                                                          cfg.workload.seed + cp_rank);
+  }
   auto transport = spawn_transport(sys, std::move(tcfg));
   if (!transport)
     return transport.error();
@@ -114,7 +121,7 @@ void local_cluster::stop(caf::actor_system& sys) {
 }
 
 workload_report run_workload(caf::actor_system& sys, const receiver_actor& receiver,
-                             const deployment_config& cfg) {
+                             const deployment_config& cfg, room_id first_room) {
   workload_report rep;
   const auto& w = cfg.workload;
   std::mt19937_64 rng{w.seed};
@@ -127,7 +134,7 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
     auto n = tokens(rng);
     auto pages = (n + cfg.model.page_size - 1) / cfg.model.page_size;
     rep.bytes_expected += pages * cfg.model.item_len() * buffers * cfg.model.layers;
-    self->send(receiver, open_room{r + 1, n});
+    self->send(receiver, open_room{first_room + r, n});
   }
   rep.rooms = w.rooms;
   bool all_exact = true;

@@ -83,7 +83,8 @@ struct workload_report {
 /// Opens `cfg.workload.rooms` rooms (random prompt lengths from the seed) on
 /// `receiver`, all at once, and waits for every result (bounded by the room
 /// timeout plus a margin). Rooms are closed after their result.
+/// Room ids are first_room, first_room + 1, ...
 workload_report run_workload(caf::actor_system& sys, const receiver_actor& receiver,
-                             const deployment_config& cfg);
+                             const deployment_config& cfg, room_id first_room = 1);
 
 } // namespace layerstream

@@ -131,7 +131,7 @@ caf::expected<transport_actor> spawn_transport(caf::actor_system& sys, transport
                      job_done{r.id, std::move(r.status), r.bytes});
   };
   auto eng = fabric::engine::start(std::move(*ep), fabric::engine::role::initiator,
-                                   std::move(on_done), cfg.write_timeout);
+                                   std::move(on_done), cfg.write_timeout, cfg.faults);
   if (!eng)
     return std::move(eng.error());
   auto handoff = std::make_shared<engine_handoff>();

@@ -58,6 +58,9 @@ struct transport_config {
   std::vector<memory_span> regions;
   /// Bound on one submit, from its arrival to its last completion.
   std::chrono::milliseconds write_timeout{10'000};
+  /// TESTING ONLY (tests, `bench soak`): turns chosen write completions into
+  /// CQ error completions; null in every real deployment.
+  std::shared_ptr<fabric::fault_injector> faults;
 };
 
 /// Opens the endpoint, registers `cfg.regions`, starts the worker and spawns

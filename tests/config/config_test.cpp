@@ -92,6 +92,7 @@ deployment_config valid_config() {
   deployment_config cfg;
   cfg.prefill.port = 7001;
   cfg.decode.prefill = {"127.0.0.1:7001"};
+  cfg.cluster.token = "0123456789abcdef-test-token";
   return cfg;
 }
 
@@ -134,6 +135,7 @@ void expect_consistent_cluster(const std::string& decode_file,
     EXPECT_EQ(pre.prefill.cp_rank, i);
     EXPECT_EQ(dec.decode.prefill[i], pre.prefill.host + ":" + std::to_string(pre.prefill.port));
     EXPECT_EQ(pre.cluster.cp_size, dec.cluster.cp_size);
+    EXPECT_EQ(pre.cluster.token, dec.cluster.token) << "control-plane authentication would fail";
     EXPECT_EQ(pre.fabric.provider, dec.fabric.provider);
     EXPECT_EQ(pre.model.layers, dec.model.layers);
     EXPECT_EQ(pre.model.item_len(), dec.model.item_len());
@@ -539,6 +541,27 @@ TEST(ConfigRoles, ADecodeNodeNeedsOnePrefillEndpointPerCpRank) {
   cfg.cluster.cp_size = 2;
   expect_invalid(cfg, config_role::decode, "decode.prefill",
                  "lists 1 prefill ranks but cluster.cp_size is 2");
+}
+
+TEST(ConfigRoles, PrefillAndDecodeNeedTheClusterToken) {
+  auto cfg = valid_config();
+  cfg.cluster.token.clear();
+  expect_invalid(cfg, config_role::prefill, "cluster.token", "required for prefill and decode");
+  expect_invalid(cfg, config_role::decode, "cluster.token", "required for prefill and decode");
+  EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value()); // no control plane
+  cfg.cluster.token = "fifteen-chars!!";
+  expect_invalid(cfg, config_role::decode, "cluster.token", "too short: 15 characters");
+}
+
+TEST(ConfigLoader, NonAsciiTextIsRefusedWithItsLine) {
+  // toml++ 3.3 has undefined behaviour on some non-ASCII whitespace (fuzzer finding).
+  expect_refused("[model]\nlayers = 4\n# caf\xc3\xa9\n", "", "non-ASCII byte");
+}
+
+TEST(ConfigLoader, TheClusterTokenIsRead) {
+  auto res = load_config_string("[cluster]\ntoken = \"a-long-enough-secret\"\n", "t.toml");
+  ASSERT_TRUE(std::holds_alternative<deployment_config>(res));
+  EXPECT_EQ(std::get<deployment_config>(res).cluster.token, "a-long-enough-secret");
 }
 
 TEST(ConfigRoles, APrefillPoolTooSmallForAFullBatchIsRefused) {

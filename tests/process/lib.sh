@@ -126,8 +126,12 @@ ROOM_MS=${ROOM_MS:-10000}
 HEARTBEAT_MS=${HEARTBEAT_MS:-200}
 CONNECTION_MS=${CONNECTION_MS:-2000}
 CORRUPT_ROOMS=${CORRUPT_ROOMS:-}
+# The cluster token (control-plane authentication); DECODE_TOKEN lets a test
+# give the decode a different one.
+TOKEN=${TOKEN:-process-test-token-$$-$RANDOM}
+DECODE_TOKEN=${DECODE_TOKEN:-$TOKEN}
 
-common_toml() {
+common_toml() { # TOKEN
   cat <<EOF
 [model]
 layers = $LAYERS
@@ -149,12 +153,13 @@ connection_ms = $CONNECTION_MS
 
 [cluster]
 cp_size = $CP
+token = "$1"
 EOF
 }
 
 # write_prefill_config FILE RANK PORT
 write_prefill_config() {
-  { common_toml; cat <<EOF
+  { common_toml "$TOKEN"; cat <<EOF
 
 [transfer]
 per_layer = true
@@ -178,7 +183,7 @@ write_decode_config() {
   shift
   local list="" p
   for p in "$@"; do list+="${list:+, }\"127.0.0.1:$p\""; done
-  { common_toml; cat <<EOF
+  { common_toml "$DECODE_TOKEN"; cat <<EOF
 
 [decode]
 pool_pages = $POOL_PAGES

@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,8 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
   // Skips when the provider is missing.
   void open_pair(std::vector<uint8_t>& src, std::vector<uint8_t>& dst, uint64_t adv_offset,
                  uint64_t adv_len, fabric::fabric_config init_cfg = {},
-                 std::chrono::milliseconds timeout = 10s) {
+                 std::chrono::milliseconds timeout = 10s,
+                 std::shared_ptr<fabric::fault_injector> faults = nullptr) {
     fabric::fabric_config target_cfg;
     target_cfg.provider = GetParam();
     auto tep = fabric::endpoint::open(target_cfg);
@@ -53,7 +55,8 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(iep) << describe(iep.error());
     auto ireg = (*iep)->register_memory(src.data(), src.size(), FI_WRITE);
     ASSERT_TRUE(ireg) << describe(ireg.error());
-    auto ieng = engine::start(std::move(*iep), engine::role::initiator, done_.callback(), timeout);
+    auto ieng = engine::start(std::move(*iep), engine::role::initiator, done_.callback(), timeout,
+                              std::move(faults));
     ASSERT_TRUE(ieng) << describe(ieng.error());
     initiator_ = std::move(*ieng);
     auto peer = initiator_->add_peer(target_name_, {region_});
@@ -268,6 +271,87 @@ TEST_P(FabricEngine, StoppingWithWritesInFlightAnswersEveryJobOnceAndReturnsProm
   auto late = initiator_->submit(99, peer_, {{test::addr_of(src), test::addr_of(dst), 16}});
   EXPECT_TRUE(is(late, lserr::cancelled)) << describe(late);
   initiator_.reset(); // closes the fids with the writes cancelled
+}
+
+TEST_P(FabricEngine, AnInjectedCqErrorFailsExactlyItsJobAndOtherJobsLandBitExactly) {
+  // Eight jobs (rooms) of 256 KiB each to one peer, all in flight together;
+  // job 3's first completion is turned into an error completion.
+  constexpr uint64_t jobs = 8, len = 256 << 10;
+  std::vector<uint8_t> src(jobs * len), dst(jobs * len);
+  std::mt19937_64 rng{7};
+  test::fill_random(src, rng);
+  auto faults = std::make_shared<fabric::job_faults>(std::set<uint64_t>{3});
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), {}, 10s, faults));
+  if (IsSkipped())
+    return;
+  for (uint64_t i = 1; i <= jobs; ++i) {
+    const uint64_t off = (i - 1) * len;
+    // 64 KiB pieces so that each job has several writes in flight.
+    std::vector<block> blocks;
+    for (uint64_t p = 0; p < len; p += 64 << 10)
+      blocks.push_back({test::addr_of(src, off + p), test::addr_of(dst, off + p), 64 << 10});
+    ASSERT_FALSE(initiator_->submit(i, peer_, blocks));
+  }
+  ASSERT_TRUE(done_.wait_count(jobs, result_wait));
+  for (uint64_t i = 1; i <= jobs; ++i) {
+    auto r = done_.wait(i, 0ms);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(done_.calls(i), 1) << "job " << i;
+    if (i == 3) {
+      ASSERT_TRUE(r->status) << "the injected error was lost";
+      EXPECT_TRUE(is(r->status, lserr::transfer_failed)) << describe(r->status);
+      EXPECT_NE(describe(r->status).find("injected CQ error completion"), std::string::npos)
+          << describe(r->status);
+      EXPECT_NE(describe(r->status).find("per-op failure"), std::string::npos);
+      continue;
+    }
+    ASSERT_FALSE(r->status) << "job " << i << ": " << describe(r->status);
+    EXPECT_EQ(r->bytes, len);
+    const uint64_t off = (i - 1) * len;
+    EXPECT_EQ(std::memcmp(dst.data() + off, src.data() + off, len), 0) << "job " << i;
+  }
+  EXPECT_EQ(initiator_->stats().injected_errors.load(), 1u);
+  // A per-op failure leaves the peer healthy: the next job goes through.
+  EXPECT_EQ(initiator_->peer_failure(peer_), "");
+  auto again = run_job(100, {{test::addr_of(src), test::addr_of(dst), 4096}});
+  EXPECT_FALSE(again.status) << describe(again.status);
+}
+
+TEST_P(FabricEngine, AWriteWithAWrongRemoteKeyGetsARealErrorCompletion) {
+  // Which providers check keys (TOOLCHAIN.md): sockets answers EACCES and
+  // keeps the connection (a per-op failure); tcp and net answer ECANCELED and
+  // drop the connection (a peer failure); shm does not check keys at all.
+  if (GetParam() == "shm")
+    GTEST_SKIP() << "shm does not check remote keys: a bad-key write lands (libfabric 1.17)";
+  std::vector<uint8_t> src(64 << 10), dst(64 << 10);
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), {}, 5s));
+  if (IsSkipped())
+    return;
+  auto good = run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}});
+  ASSERT_FALSE(good.status) << describe(good.status);
+  auto bad_region = region_;
+  bad_region.key ^= 0x5a5a5a5aULL;
+  auto bad_peer = initiator_->add_peer(target_name_, {bad_region});
+  ASSERT_TRUE(bad_peer) << describe(bad_peer.error());
+  ASSERT_NE(*bad_peer, peer_);
+  ASSERT_FALSE(initiator_->submit(2, *bad_peer, {{test::addr_of(src), test::addr_of(dst), 4096}}));
+  auto r = done_.wait(2, result_wait);
+  ASSERT_TRUE(r.has_value()) << "the bad-key write never completed";
+  ASSERT_TRUE(r->status) << "a write with a wrong remote key reported success";
+  const auto text = describe(r->status);
+  std::printf("[ info     ] %s: wrong key -> %s\n", GetParam().c_str(), text.c_str());
+  EXPECT_EQ(initiator_->stats().injected_errors.load(), 0u) << "no injection in this test";
+  if (GetParam() == "sockets") {
+    EXPECT_NE(text.find("per-op failure"), std::string::npos) << text;
+    EXPECT_EQ(initiator_->stats().op_errors.load(), 1u);
+    EXPECT_EQ(initiator_->peer_failure(*bad_peer), "");
+  } else {
+    EXPECT_NE(text.find("peer failure"), std::string::npos) << text;
+    EXPECT_GE(initiator_->stats().peer_errors.load(), 1u);
+    EXPECT_NE(initiator_->peer_failure(*bad_peer), "");
+    auto later = initiator_->submit(3, *bad_peer, {{test::addr_of(src), test::addr_of(dst), 16}});
+    EXPECT_TRUE(is(later, lserr::peer_lost)) << describe(later);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, FabricEngine,

@@ -52,6 +52,28 @@ std::string cq_error_text(fid_cq* cq, const fi_cq_err_entry& err) {
   return text + ")";
 }
 
+// Which error completions are the op's own fault (the job fails, the peer
+// stays usable) and which mean the peer or connection is broken. Per-op: a
+// key, range or protection error a provider attributes to that one write
+// (`sockets` reports a bad key as EACCES and keeps working). Everything
+// else marks the peer failed, ECANCELED included: tcp/net report both a bad
+// key and a dead target as ECANCELED and drop the connection after a bad key
+// (TOOLCHAIN.md), so failing closed is the only safe reading there.
+bool per_op_error(int err) {
+  const int code = err < 0 ? -err : err;
+  switch (code) {
+  case FI_EACCES:
+  case FI_EPERM:
+  case FI_EINVAL:
+  case FI_EFAULT:
+  case FI_EMSGSIZE:
+  case FI_EKEYREJECTED:
+    return true;
+  default:
+    return false;
+  }
+}
+
 bool contains(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
   return addr >= base && len <= length && addr - base <= length - len;
 }
@@ -107,7 +129,8 @@ engine::engine() = default;
 
 caf::expected<std::unique_ptr<engine>> engine::start(std::unique_ptr<endpoint> ep, role r,
                                                      completion_fn on_done,
-                                                     std::chrono::milliseconds write_timeout) {
+                                                     std::chrono::milliseconds write_timeout,
+                                                     std::shared_ptr<fault_injector> faults) {
   static_assert(offsetof(op, ctx) == 0, "the CQ's op_context must be the op's address");
   if (!ep)
     return make_error(lserr::bad_input, "engine::start: no endpoint");
@@ -119,6 +142,7 @@ caf::expected<std::unique_ptr<engine>> engine::start(std::unique_ptr<endpoint> e
   self->virt_addr_ = ep->virt_addr();
   self->role_ = r;
   self->on_done_ = std::move(on_done);
+  self->faults_ = std::move(faults);
   self->write_timeout_ = write_timeout;
   self->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (self->event_fd_ < 0)
@@ -335,6 +359,11 @@ int engine::read_cq() {
           continue; // not ours (a target sees none for plain RMA writes)
         op* o = static_cast<op*>(entries[i].op_context);
         job* j = o->owner;
+        if (faults_ && role_ == role::initiator && faults_->fail_completion(j->id)) {
+          stats_.injected_errors.fetch_add(1, std::memory_order_relaxed);
+          op_failed(*o, "injected CQ error completion (fault injection, per-op)", false);
+          continue;
+        }
         j->in_flight -= 1;
         j->bytes_done += o->len;
         o->owner = nullptr;
@@ -383,18 +412,23 @@ int engine::read_cq() {
       LS_WARN("fabric: target {} completion error: {}", provider_, text);
       continue;
     }
-    op* o = static_cast<op*>(err.op_context);
-    job* j = o->owner;
-    j->in_flight -= 1;
-    o->owner = nullptr;
-    free_ops_.push_back(o);
-    --in_flight_;
-    fail_job(*j,
-             make_error(lserr::transfer_failed, "write to peer " + std::to_string(j->peer_idx) +
-                                                    " failed (" + provider_ + "): " + text),
-             true);
+    op_failed(*static_cast<op*>(err.op_context), text, !per_op_error(err.err));
   }
   return completed;
+}
+
+void engine::op_failed(op& o, const std::string& text, bool peer_level) {
+  job* j = o.owner;
+  j->in_flight -= 1;
+  o.owner = nullptr;
+  free_ops_.push_back(&o);
+  --in_flight_;
+  (peer_level ? stats_.peer_errors : stats_.op_errors).fetch_add(1, std::memory_order_relaxed);
+  fail_job(*j,
+           make_error(lserr::transfer_failed,
+                      "write to peer " + std::to_string(j->peer_idx) + " failed (" + provider_ +
+                          ", " + (peer_level ? "peer failure" : "per-op failure") + "): " + text),
+           peer_level);
 }
 
 int engine::post_ready() {

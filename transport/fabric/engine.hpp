@@ -37,6 +37,7 @@
 
 #include "common/error.hpp"
 #include "transport/fabric/endpoint.hpp"
+#include "transport/fabric/fault_injection.hpp"
 #include "transport/transfer_plan.hpp"
 
 namespace layerstream::fabric {
@@ -71,6 +72,12 @@ struct engine_stats {
   std::atomic<uint64_t> writes_completed{0};
   std::atomic<uint64_t> eagain_retries{0};
   std::atomic<uint64_t> max_in_flight{0};
+  /// Error completions that failed only their job (peer kept healthy).
+  std::atomic<uint64_t> op_errors{0};
+  /// Error completions that marked their peer failed.
+  std::atomic<uint64_t> peer_errors{0};
+  /// Completions turned into errors by the fault injector.
+  std::atomic<uint64_t> injected_errors{0};
 };
 
 class engine {
@@ -80,9 +87,11 @@ class engine {
   /// Starts the worker on `ep`. `write_timeout` bounds each job from its
   /// submission to its last completion (never forever: after a peer dies tcp
   /// answers -FI_EAGAIN forever).
-  static caf::expected<std::unique_ptr<engine>> start(std::unique_ptr<endpoint> ep, role r,
-                                                      completion_fn on_done,
-                                                      std::chrono::milliseconds write_timeout);
+  /// `faults` (optional, tests and `bench soak`) turns chosen successful
+  /// completions into error completions (transport/fabric/fault_injection.hpp).
+  static caf::expected<std::unique_ptr<engine>>
+  start(std::unique_ptr<endpoint> ep, role r, completion_fn on_done,
+        std::chrono::milliseconds write_timeout, std::shared_ptr<fault_injector> faults = nullptr);
 
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -133,6 +142,7 @@ class engine {
   void finish_jobs();
   void wait_for_work();
   void fail_job(job& j, caf::error err, bool mark_peer);
+  void op_failed(op& o, const std::string& text, bool peer_level);
   void mark_failed(peer_state& p, const std::string& why);
   void log_eagain();
 
@@ -144,6 +154,7 @@ class engine {
   bool virt_addr_ = false;
   role role_ = role::initiator;
   completion_fn on_done_;
+  std::shared_ptr<fault_injector> faults_;
   std::chrono::milliseconds write_timeout_{0};
   int event_fd_ = -1;
 

@@ -1,0 +1,194 @@
+#include "node/auth.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <caf/scoped_actor.hpp>
+
+#include "common/log.hpp"
+
+namespace layerstream {
+
+namespace {
+
+constexpr std::string_view auth_label = "layerstream-auth-v1 ";
+constexpr std::string_view server_role = "prefill";
+constexpr std::string_view client_role = "decode";
+
+/// Forwards transfer_info from the one node that authenticated.
+struct session_state {
+  static inline const char* name = "layerstream.session";
+};
+
+scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<session_state> self,
+                                            scheduler_actor scheduler, caf::node_id peer,
+                                            caf::timespan timeout, std::string gate_name) {
+  return {
+      [=](transfer_info& info) -> caf::result<kv_ready> {
+        auto sender = self->current_sender();
+        if (!sender || sender->node() != peer) {
+          auto from = sender ? to_string(sender->node()) : std::string{"an anonymous sender"};
+          LS_WARN("control plane {}: refused transfer_info for room {} from {}: this session "
+                  "belongs to node {}",
+                  gate_name, info.room, from, to_string(peer));
+          return make_error(lserr::unauthorized, "session belongs to another node");
+        }
+        auto rp = self->make_response_promise<kv_ready>();
+        self->request(scheduler, timeout, std::move(info))
+            .then([rp](kv_ready& res) mutable { rp.deliver(std::move(res)); },
+                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+  };
+}
+
+} // namespace
+
+std::vector<uint8_t> auth_nonce() {
+  std::vector<uint8_t> out(auth_nonce_bytes);
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
+    throw std::runtime_error("RAND_bytes failed: no randomness for the control-plane nonce");
+  return out;
+}
+
+std::vector<uint8_t> auth_mac(std::string_view token, std::string_view role,
+                              const std::vector<uint8_t>& client_nonce,
+                              const std::vector<uint8_t>& server_nonce) {
+  std::vector<uint8_t> msg;
+  msg.reserve(auth_label.size() + role.size() + client_nonce.size() + server_nonce.size());
+  msg.insert(msg.end(), auth_label.begin(), auth_label.end());
+  msg.insert(msg.end(), role.begin(), role.end());
+  msg.insert(msg.end(), client_nonce.begin(), client_nonce.end());
+  msg.insert(msg.end(), server_nonce.begin(), server_nonce.end());
+  std::vector<uint8_t> out(EVP_MAX_MD_SIZE);
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), msg.data(), msg.size(),
+           out.data(), &len) == nullptr)
+    throw std::runtime_error("HMAC-SHA256 failed");
+  out.resize(len);
+  return out;
+}
+
+bool auth_equal(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  return a.size() == b.size() && !a.empty() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> self,
+                                    gate_config cfg) {
+  self->state.cfg = std::move(cfg);
+  // A peer that skips the handshake (e.g. sends transfer_info straight away).
+  self->set_default_handler([=](caf::scheduled_actor* ptr,
+                                caf::message_view&) -> caf::result<caf::message> {
+    auto sender = ptr->current_sender();
+    LS_WARN("control plane {}: refused peer {}: message before authentication (no token proof)",
+            self->state.cfg.name, sender ? to_string(sender->node()) : std::string{"<anonymous>"});
+    return make_error(lserr::unauthorized, "authenticate first (auth_hello, auth_proof)");
+  });
+  auto refuse = [=](const caf::node_id& node, const std::string& why) -> caf::error {
+    LS_WARN("control plane {}: refused peer {}: {}", self->state.cfg.name, to_string(node), why);
+    return make_error(lserr::unauthorized,
+                      "refused by prefill " + self->state.cfg.name + ": " + why);
+  };
+  auto sender_node = [=] {
+    auto sender = self->current_sender();
+    return sender ? sender->node() : caf::node_id{};
+  };
+  return {
+      [=](auth_hello& hello) -> caf::result<auth_challenge> {
+        auto node = sender_node();
+        if (hello.client_nonce.size() != auth_nonce_bytes)
+          return refuse(node, "hello with a " + std::to_string(hello.client_nonce.size()) +
+                                  "-byte nonce, expected " + std::to_string(auth_nonce_bytes));
+        auto& st = self->state;
+        // Expired or surplus challenges go first (bounded memory against a flood).
+        auto now = caf::make_timestamp();
+        while (!st.challenge_order.empty()) {
+          auto it = st.challenges.find(st.challenge_order.front());
+          if (it != st.challenges.end() && it->second.deadline > now &&
+              st.challenges.size() < st.cfg.max_pending)
+            break;
+          if (it != st.challenges.end())
+            st.challenges.erase(it);
+          st.challenge_order.pop_front();
+        }
+        auto server_nonce = auth_nonce();
+        auth_challenge ch{server_nonce,
+                          auth_mac(st.cfg.token, server_role, hello.client_nonce, server_nonce)};
+        st.challenges.emplace(server_nonce, gate_state::pending{std::move(hello.client_nonce), node,
+                                                                now + st.cfg.challenge_ttl});
+        st.challenge_order.push_back(std::move(server_nonce));
+        return ch;
+      },
+      [=](auth_proof& proof) -> caf::result<scheduler_actor> {
+        auto node = sender_node();
+        auto& st = self->state;
+        auto it = st.challenges.find(proof.server_nonce);
+        if (it == st.challenges.end())
+          return refuse(node, "proof for an unknown, expired or already used challenge");
+        auto pending = std::move(it->second);
+        st.challenges.erase(it); // one proof per challenge, right or wrong
+        if (pending.node != node)
+          return refuse(node, "proof from another node than the hello's");
+        if (pending.deadline <= caf::make_timestamp())
+          return refuse(node, "challenge expired");
+        if (proof.client_proof.empty())
+          return refuse(node, "missing token proof");
+        auto expected =
+            auth_mac(st.cfg.token, client_role, pending.client_nonce, proof.server_nonce);
+        if (!auth_equal(proof.client_proof, expected))
+          return refuse(node, "wrong token (the proof does not match the cluster token)");
+        if (auto s = st.sessions.find(node); s != st.sessions.end())
+          return s->second;
+        if (st.sessions.size() >= st.cfg.max_sessions) {
+          auto oldest = st.session_order.front();
+          st.session_order.pop_front();
+          self->send_exit(st.sessions[oldest], caf::exit_reason::user_shutdown);
+          st.sessions.erase(oldest);
+        }
+        auto session = self->spawn<caf::linked>(session_impl, st.cfg.scheduler, node,
+                                                st.cfg.session_timeout, st.cfg.name);
+        st.sessions.emplace(node, session);
+        st.session_order.push_back(node);
+        LS_INFO("control plane {}: peer {} authenticated", st.cfg.name, to_string(node));
+        return session;
+      },
+  };
+}
+
+caf::expected<scheduler_actor> authenticate(caf::actor_system& sys, const gate_actor& gate,
+                                            const std::string& token, caf::timespan timeout) {
+  caf::scoped_actor self{sys};
+  auto client_nonce = auth_nonce();
+  caf::error err;
+  auth_challenge ch;
+  self->request(gate, timeout, auth_hello{client_nonce})
+      .receive([&](auth_challenge& c) { ch = std::move(c); }, [&](caf::error& e) { err = e; });
+  if (err)
+    return err;
+  // Our proof goes out even when the gate's did not verify, so that the
+  // prefill logs the refusal too; it reveals nothing about the token, and we
+  // send no fabric address or key to an unproven gate.
+  const bool gate_proven =
+      ch.server_nonce.size() == auth_nonce_bytes &&
+      auth_equal(ch.server_proof, auth_mac(token, server_role, client_nonce, ch.server_nonce));
+  scheduler_actor session;
+  self->request(
+          gate, timeout,
+          auth_proof{ch.server_nonce, auth_mac(token, client_role, client_nonce, ch.server_nonce)})
+      .receive([&](scheduler_actor& s) { session = std::move(s); },
+               [&](caf::error& e) { err = e; });
+  if (!gate_proven)
+    return make_error(lserr::unauthorized,
+                      "the prefill did not prove the cluster token (wrong token on one side?): "
+                      "no fabric address or key sent" +
+                          (err ? ", and it refused us: " + message_of(err) : std::string{}));
+  if (err)
+    return err;
+  if (!session)
+    return make_error(lserr::unauthorized, "the prefill answered with no session");
+  return session;
+}
+
+} // namespace layerstream

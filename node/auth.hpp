@@ -1,0 +1,94 @@
+// Control-plane authentication: a decode peer must prove it holds the
+// cluster token (config cluster.token) before the prefill scheduler is
+// reachable, and the prefill gate proves it too before decode sends any
+// fabric address or key. Mutual HMAC-SHA256 (OpenSSL libcrypto) over two
+// fresh 32-byte nonces; the token itself never crosses the wire.
+//
+// Protocol (gate_actor: what a prefill rank publishes instead of its scheduler):
+//   auth_hello -> auth_challenge    a fresh server nonce + the gate's proof
+//   auth_proof -> scheduler_actor   a session for this peer, or lserr::unauthorized
+// Anything else sent to the gate is refused and logged.
+//
+// A challenge is good for exactly one proof, from the node that asked, within
+// challenge_ttl; at most max_pending challenges are kept (the oldest is
+// dropped). A session forwards transfer_info to the scheduler only from the
+// node that authenticated, and answers itself, so the scheduler's handle
+// never leaves the process and no unauthenticated peer can address it.
+// Limit: without TLS the control plane is plain text: the token is safe, but
+// an on-path attacker could still read or hijack an authenticated connection.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/node_id.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/scheduler_protocol.hpp"
+
+namespace layerstream {
+
+using gate_actor = caf::typed_actor<caf::replies_to<auth_hello>::with<auth_challenge>,
+                                    caf::replies_to<auth_proof>::with<scheduler_actor>>;
+
+constexpr size_t auth_nonce_bytes = 32;
+
+/// Fresh random bytes (OpenSSL RAND_bytes).
+std::vector<uint8_t> auth_nonce();
+
+/// HMAC-SHA256(token, "layerstream-auth-v1 " + role + client_nonce + server_nonce).
+std::vector<uint8_t> auth_mac(std::string_view token, std::string_view role,
+                              const std::vector<uint8_t>& client_nonce,
+                              const std::vector<uint8_t>& server_nonce);
+
+/// Constant-time equality of two proofs (false when the sizes differ).
+bool auth_equal(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
+
+struct gate_config {
+  std::string token;
+  /// The rank's scheduler; sessions forward to it.
+  scheduler_actor scheduler;
+  /// How long a session waits for the scheduler's kv_ready (at least a room's timeout).
+  caf::timespan session_timeout = std::chrono::seconds(120);
+  /// How long a challenge stays good.
+  caf::timespan challenge_ttl = std::chrono::seconds(10);
+  size_t max_pending = 1024;
+  /// Sessions kept at once (one per authenticated node; the oldest is closed).
+  size_t max_sessions = 256;
+  /// For logs: "rank 0".
+  std::string name;
+};
+
+struct gate_state {
+  static inline const char* name = "layerstream.gate";
+  struct pending {
+    std::vector<uint8_t> client_nonce;
+    caf::node_id node;
+    caf::timestamp deadline;
+  };
+  gate_config cfg;
+  std::map<std::vector<uint8_t>, pending> challenges;
+  std::deque<std::vector<uint8_t>> challenge_order;
+  std::map<caf::node_id, scheduler_actor> sessions;
+  std::deque<caf::node_id> session_order;
+};
+
+/// Sessions are linked to the gate: exiting the gate closes them.
+gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> self, gate_config cfg);
+
+/// Decode side: runs the handshake with `gate` (each step bounded by
+/// `timeout`) and returns the session to send transfer_info to. Fails with
+/// lserr::unauthorized when the gate refuses us or cannot prove the token
+/// itself (then nothing about this node's fabric has been sent), or with the
+/// request's error (timeout, peer gone).
+caf::expected<scheduler_actor> authenticate(caf::actor_system& sys, const gate_actor& gate,
+                                            const std::string& token, caf::timespan timeout);
+
+} // namespace layerstream

@@ -1,0 +1,141 @@
+// Control-plane authentication (node/auth.hpp): the HMAC handshake and the
+// gate's refusals, with a real actor system (no network: one node).
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+
+#include "common/error.hpp"
+#include "node/auth.hpp"
+
+using namespace layerstream;
+
+namespace {
+
+struct auth_system_config : caf::actor_system_config {
+  auth_system_config() { layerstream::add_message_types(*this); }
+};
+
+const std::string token = "the-cluster-token-for-tests";
+constexpr auto timeout = std::chrono::seconds(5);
+
+/// Answers every transfer_info with kv_ready{room, cp_rank 7, ok, bytes = room * 10}.
+scheduler_actor::behavior_type fake_scheduler() {
+  return {[](transfer_info& info) { return kv_ready{info.room, 7, {}, info.room * 10}; }};
+}
+
+struct AuthTest : ::testing::Test {
+  auth_system_config cfg;
+  caf::actor_system sys{cfg};
+  scheduler_actor scheduler = sys.spawn(fake_scheduler);
+  gate_actor gate;
+  caf::scoped_actor self{sys};
+
+  AuthTest() {
+    gate_config g;
+    g.token = token;
+    g.scheduler = scheduler;
+    g.name = "rank 0";
+    gate = sys.spawn(gate_impl, g);
+  }
+  ~AuthTest() override {
+    self->send_exit(gate, caf::exit_reason::user_shutdown);
+    self->send_exit(scheduler, caf::exit_reason::user_shutdown);
+  }
+
+  auth_challenge hello(const std::vector<uint8_t>& nonce) {
+    auth_challenge out;
+    self->request(gate, timeout, auth_hello{nonce})
+        .receive([&](auth_challenge& c) { out = c; },
+                 [&](caf::error& e) { ADD_FAILURE() << describe(e); });
+    return out;
+  }
+
+  caf::error proof(const auth_proof& p) {
+    caf::error out;
+    self->request(gate, timeout, p)
+        .receive([](scheduler_actor&) {}, [&](caf::error& e) { out = e; });
+    return out;
+  }
+};
+
+} // namespace
+
+TEST(AuthMac, DependsOnTokenRoleAndBothNonces) {
+  auto a = auth_nonce(), b = auth_nonce();
+  ASSERT_EQ(a.size(), auth_nonce_bytes);
+  EXPECT_NE(a, b) << "two fresh nonces must differ";
+  auto mac = auth_mac(token, "decode", a, b);
+  EXPECT_EQ(mac.size(), 32u);
+  EXPECT_TRUE(auth_equal(mac, auth_mac(token, "decode", a, b)));
+  EXPECT_FALSE(auth_equal(mac, auth_mac(token + "x", "decode", a, b)));
+  EXPECT_FALSE(auth_equal(mac, auth_mac(token, "prefill", a, b)));
+  EXPECT_FALSE(auth_equal(mac, auth_mac(token, "decode", b, a)));
+  EXPECT_FALSE(auth_equal({}, {})) << "an empty proof never matches";
+}
+
+TEST_F(AuthTest, TheRightTokenGetsASessionThatReachesTheScheduler) {
+  auto session = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(session) << describe(session.error());
+  kv_ready got;
+  self->request(*session, timeout, transfer_info{42, 16, {}, {}, {}, {}, {}, 1})
+      .receive([&](kv_ready& k) { got = k; }, [&](caf::error& e) { ADD_FAILURE() << describe(e); });
+  EXPECT_EQ(got.room, 42u);
+  EXPECT_EQ(got.cp_rank, 7u);
+  EXPECT_EQ(got.bytes, 420u);
+}
+
+TEST_F(AuthTest, AWrongTokenIsRefusedOnBothSides) {
+  auto session = authenticate(sys, gate, "not-the-cluster-token", timeout);
+  ASSERT_FALSE(session);
+  EXPECT_TRUE(is(session.error(), lserr::unauthorized)) << describe(session.error());
+  auto text = describe(session.error());
+  EXPECT_NE(text.find("did not prove the cluster token"), std::string::npos) << text;
+  EXPECT_NE(text.find("wrong token"), std::string::npos) << text;
+}
+
+TEST_F(AuthTest, AMissingProofIsRefused) {
+  auto ch = hello(auth_nonce());
+  auto err = proof(auth_proof{ch.server_nonce, {}});
+  EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
+  EXPECT_NE(describe(err).find("missing token proof"), std::string::npos) << describe(err);
+}
+
+TEST_F(AuthTest, TheGateProvesTheTokenToo) {
+  auto nonce = auth_nonce();
+  auto ch = hello(nonce);
+  EXPECT_TRUE(auth_equal(ch.server_proof, auth_mac(token, "prefill", nonce, ch.server_nonce)));
+  EXPECT_FALSE(auth_equal(ch.server_proof,
+                          auth_mac("other-token-123456", "prefill", nonce, ch.server_nonce)));
+}
+
+TEST_F(AuthTest, AChallengeIsGoodForOneProofOnly) {
+  auto nonce = auth_nonce();
+  auto ch = hello(nonce);
+  auth_proof good{ch.server_nonce, auth_mac(token, "decode", nonce, ch.server_nonce)};
+  EXPECT_FALSE(proof(good)) << "the first proof is accepted";
+  auto again = proof(good);
+  EXPECT_TRUE(is(again, lserr::unauthorized)) << describe(again);
+  EXPECT_NE(describe(again).find("already used"), std::string::npos) << describe(again);
+}
+
+TEST_F(AuthTest, AProofForAnUnknownChallengeIsRefused) {
+  auto nonce = auth_nonce(), fake = auth_nonce();
+  auto err = proof(auth_proof{fake, auth_mac(token, "decode", nonce, fake)});
+  EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
+}
+
+TEST_F(AuthTest, AHelloWithAShortNonceIsRefused) {
+  caf::error err;
+  self->request(gate, timeout, auth_hello{{1, 2, 3}})
+      .receive([](auth_challenge&) {}, [&](caf::error& e) { err = e; });
+  EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
+}
+
+TEST_F(AuthTest, TransferInfoStraightToTheGateNeverReachesTheScheduler) {
+  caf::error err;
+  auto untyped = caf::actor_cast<caf::actor>(gate);
+  self->request(untyped, timeout, transfer_info{1, 16, {}, {}, {}, {}, {}, 1})
+      .receive([](kv_ready&) { ADD_FAILURE() << "the gate forwarded an unauthenticated request"; },
+               [&](caf::error& e) { err = e; });
+  EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
+}
