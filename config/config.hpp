@@ -100,6 +100,10 @@ struct workload_config {
 struct cluster_config {
   /// Number of prefill ranks writing each room (context parallelism).
   uint32_t cp_size = 1;
+  /// Which addresses this process may use outside loopback (common/net_guard.hpp):
+  /// "test": only inside a test host made by tests/cluster/hosts.sh;
+  /// "deployment": a real cluster, the addresses in this file are trusted.
+  std::string network = "test";
 };
 
 /// [log]
