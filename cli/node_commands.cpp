@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -63,8 +64,20 @@ double median_ms(std::vector<int64_t> ns) {
   return static_cast<double>(ns[ns.size() / 2]) / 1e6;
 }
 
+/// FNV-1a 64 of a whole pool, as 16 hex digits: equal pools, equal digests
+/// (the cluster tests compare per-layer and bulk runs of one workload).
+std::string pool_digest(const kv_pool& pool) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint64_t i = 0; i < pool.bytes(); ++i)
+    h = (h ^ pool.base()[i]) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 int report(const workload_report& rep, const deployment_config& cfg, double tail_ms,
-           double forward_ms, const std::string& json_path, const char* mode) {
+           double forward_ms, const std::string& json_path, const char* mode,
+           const std::string& digest = "") {
   const bool ok = rep.complete == rep.rooms && rep.bit_exact;
   std::cout << "layerstream " << mode << ": " << rep.complete << "/" << rep.rooms
             << " rooms complete, " << (rep.bit_exact ? "bit-exact" : "NOT bit-exact") << ", "
@@ -77,6 +90,8 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
               << tail_ms << " ms, wall " << rep.wall_ms << " ms\n";
   for (auto& f : rep.failures)
     std::cout << "  failed: " << f << "\n";
+  if (!digest.empty())
+    std::cout << "  pool digest " << digest << "\n";
   if (!json_path.empty()) {
     nlohmann::json j{{"rooms", rep.rooms},
                      {"complete", rep.complete},
@@ -93,6 +108,8 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
                      {"forward_ms", forward_ms},
                      {"wall_ms", rep.wall_ms},
                      {"failures", rep.failures}};
+    if (!digest.empty())
+      j["pool_digest"] = digest;
     std::ofstream out{json_path};
     out << j.dump(2) << "\n";
     if (!out) {
@@ -109,6 +126,10 @@ bool address_ok(const caf::error& err, const char* command) {
     return true;
   std::cerr << "layerstream " << command << ": " << message_of(err) << "\n";
   return false;
+}
+
+network_scope scope_of(const deployment_config& cfg) {
+  return cfg.cluster.network == "deployment" ? network_scope::deployment : network_scope::test;
 }
 
 void apply_log_level(const deployment_config& cfg, const std::optional<std::string>& flag) {
@@ -143,7 +164,7 @@ int run_demo(const demo_options& opts) {
   if (!cfg)
     return 2;
   apply_log_level(*cfg, opts.log_level);
-  if (!address_ok(check_local_address(cfg->fabric.bind_address), "demo"))
+  if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "demo"))
     return 2;
   std::shared_ptr<trace_recorder> trace;
   if (!opts.trace_path.empty())
@@ -273,8 +294,8 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     return 2;
   apply_log_level(*cfg, log_level);
   // Where this process may bind, checked before any socket or endpoint opens.
-  if (!address_ok(check_local_address(cfg->prefill.host), "prefill") ||
-      !address_ok(check_local_address(cfg->fabric.bind_address), "prefill"))
+  if (!address_ok(check_bind(cfg->prefill.host, scope_of(*cfg)), "prefill") ||
+      !address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "prefill"))
     return 2;
   // Block the signals we wait for before any thread starts, so that every
   // thread inherits the mask and sigwait below sees them.
@@ -315,6 +336,23 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   int sig = 0;
   sigwait(&sigs, &sig);
   LS_INFO("prefill rank {}: signal {}, shutting down", cfg->prefill.cp_rank, sig);
+  {
+    // What this rank did, for whoever reads its output (the cluster tests).
+    caf::scoped_actor self{sys};
+    self->request((*node)->scheduler, std::chrono::seconds(5), stats_query{})
+        .receive(
+            [&](scheduler_stats& s) {
+              std::cout << "layerstream prefill: rank " << cfg->prefill.cp_rank << ": "
+                        << s.rooms_complete << " rooms complete, " << s.rooms_failed << " failed, "
+                        << s.bytes << " bytes, " << s.tail_ns.size()
+                        << " batches, forward (median) " << median_ms(s.forward_ns)
+                        << " ms, exposed tail (median) " << median_ms(s.tail_ns) << " ms"
+                        << std::endl;
+            },
+            [&](caf::error& err) {
+              std::cerr << "layerstream prefill: no stats: " << sys.render(err) << "\n";
+            });
+  }
   stop_all();
   sys.await_all_actors_done();
   return 0;
@@ -327,11 +365,11 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     return 2;
   apply_log_level(*cfg, log_level);
   // Where this process may bind and connect, checked before any socket opens.
-  if (!address_ok(check_local_address(cfg->fabric.bind_address), "decode"))
+  if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode"))
     return 2;
   for (auto& endpoint : cfg->decode.prefill) {
     auto host = endpoint.substr(0, endpoint.rfind(':'));
-    if (!address_ok(check_directly_reachable(host), "decode"))
+    if (!address_ok(check_connect(host, scope_of(*cfg)), "decode"))
       return 2;
   }
   system_config scfg{*cfg, true};
@@ -372,7 +410,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     return 1;
   }
   auto rep = run_workload(sys, (*node)->receiver, *cfg);
-  auto rc = report(rep, *cfg, 0, 0, json_path, "decode");
+  auto rc = report(rep, *cfg, 0, 0, json_path, "decode", pool_digest(*(*node)->pool));
   (*node)->stop();
   sys.await_all_actors_done();
   (*node)->target->close();

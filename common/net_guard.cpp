@@ -1,9 +1,12 @@
 #include "common/net_guard.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 
+#include <cstring>
 #include <memory>
 
 namespace layerstream {
@@ -50,7 +53,84 @@ bool for_each_ipv4(F f) {
   return false;
 }
 
+bool is_loopback_host(const std::string& host) {
+  parsed p;
+  return parse(host, p) && is_loopback(p);
+}
+
+/// Why the addresses of a test configuration are refused outside a test host.
+std::string outside_hint(const caf::error& why) {
+  return message_of(why) +
+         "; test traffic goes only to loopback or between test hosts "
+         "(tests/cluster/hosts.sh); a real cluster must say so with cluster.network = "
+         "\"deployment\"";
+}
+
 } // namespace
+
+bool is_test_host_name(const std::string& name) {
+  static constexpr const char prefix[] = "lstest-";
+  if (name.rfind(prefix, 0) != 0)
+    return false;
+  auto h = name.rfind("-h");
+  if (h == std::string::npos || h < sizeof(prefix) || h + 2 == name.size())
+    return false;
+  for (size_t i = h + 2; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9')
+      return false;
+  return true;
+}
+
+caf::expected<std::string> current_test_host(const netns_paths& paths) {
+  struct stat self {};
+  if (stat(paths.self.c_str(), &self) != 0)
+    return make_error(lserr::bad_input, "cannot tell which network namespace this is: stat(" +
+                                            paths.self + "): " + std::strerror(errno));
+  struct stat init {};
+  // Unreadable without privileges: then the named entry alone decides.
+  if (stat(paths.init.c_str(), &init) == 0 && init.st_dev == self.st_dev &&
+      init.st_ino == self.st_ino)
+    return make_error(lserr::bad_input,
+                      "this process runs in the root network namespace, not in a test host");
+  std::unique_ptr<DIR, int (*)(DIR*)> dir{opendir(paths.named_dir.c_str()), closedir};
+  if (dir != nullptr) {
+    while (auto* entry = readdir(dir.get())) {
+      std::string name = entry->d_name;
+      if (!is_test_host_name(name))
+        continue;
+      struct stat named {};
+      if (stat((paths.named_dir + "/" + name).c_str(), &named) == 0 &&
+          named.st_dev == self.st_dev && named.st_ino == self.st_ino)
+        return name;
+    }
+  }
+  return make_error(lserr::bad_input, "this process's network namespace is not a test host (no " +
+                                          paths.named_dir + "/lstest-<id>-h<i> is it)");
+}
+
+caf::error check_connect(const std::string& host, network_scope scope, const netns_paths& paths) {
+  if (auto err = check_directly_reachable(host); err && scope == network_scope::test)
+    return err; // not an address, or not even on a subnet of this stack
+  if (scope == network_scope::deployment || is_loopback_host(host))
+    return caf::none;
+  auto where = current_test_host(paths);
+  if (!where)
+    return make_error(lserr::bad_input,
+                      "refusing to connect to " + host + ": " + outside_hint(where.error()));
+  return caf::none;
+}
+
+caf::error check_bind(const std::string& host, network_scope scope, const netns_paths& paths) {
+  if (auto err = check_local_address(host))
+    return err;
+  if (scope == network_scope::deployment || is_loopback_host(host))
+    return caf::none;
+  auto where = current_test_host(paths);
+  if (!where)
+    return make_error(lserr::bad_input,
+                      "refusing to bind to " + host + ": " + outside_hint(where.error()));
+  return caf::none;
+}
 
 caf::error check_directly_reachable(const std::string& host) {
   parsed p;

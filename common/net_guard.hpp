@@ -1,11 +1,19 @@
 // Where a process may connect or bind: checked before any socket or fabric
 // endpoint is opened.
 //
-// Test traffic must stay on this machine: loopback, or the private subnet of
-// a test host (a network namespace) that the test made itself. From the root
-// namespace such a subnet is routed off the machine, so "directly connected"
-// is the rule: an address passes only if it is loopback or lies in the
-// subnet of one of this host's own interfaces (no router in between).
+// Test traffic must stay on this machine. From the root namespace the test
+// hosts' private subnet (and this sandbox's own eth0 subnet) is routed off
+// the machine, so "directly connected" alone proves nothing there. The rule:
+//  - loopback is always allowed;
+//  - scope `test` (the default, `cluster.network = "test"`): any other address
+//    only inside a test host, i.e. a network namespace made by
+//    tests/cluster/hosts.sh, and only on a subnet directly connected there.
+//    A test host is recognised by identity, not by name alone: the file
+//    /proc/self/ns/net must be the same namespace (device and inode) as a
+//    /run/netns/lstest-<id>-h<i> entry, and must not be init's namespace;
+//  - scope `deployment` (`cluster.network = "deployment"`): a real cluster
+//    whose config says so explicitly; its addresses are trusted.
+// A server binds only to one of this host's own addresses in either scope.
 #pragma once
 
 #include <string>
@@ -14,11 +22,36 @@
 
 namespace layerstream {
 
-/// `host` (an IPv4/IPv6 literal or "localhost") is loopback or on a directly
-/// connected subnet of this host. Otherwise an error saying why.
+enum class network_scope { test, deployment };
+
+/// The files the test-host check reads; tests point them elsewhere.
+struct netns_paths {
+  std::string self = "/proc/self/ns/net";
+  /// init's namespace: the root one (in a container, the container's).
+  std::string init = "/proc/1/ns/net";
+  /// Where `ip netns add` keeps its named namespaces.
+  std::string named_dir = "/run/netns";
+};
+
+/// Names of test-host namespaces: "lstest-" ID "-h" INDEX (tests/cluster/hosts.sh).
+bool is_test_host_name(const std::string& name);
+
+/// The name of the test host this process runs in, or an error saying why
+/// this is not one.
+caf::expected<std::string> current_test_host(const netns_paths& paths = {});
+
+/// May this process connect to `host` (an IP literal or "localhost")?
+caf::error check_connect(const std::string& host, network_scope scope,
+                         const netns_paths& paths = {});
+
+/// May this process bind to `host`? It must be one of its own addresses, and
+/// outside loopback in scope `test` only inside a test host.
+caf::error check_bind(const std::string& host, network_scope scope, const netns_paths& paths = {});
+
+/// `host` is loopback or on a directly connected subnet of this network stack.
 caf::error check_directly_reachable(const std::string& host);
 
-/// `host` is one of this host's own addresses (what a server may bind to).
+/// `host` is one of this network stack's own addresses.
 caf::error check_local_address(const std::string& host);
 
 } // namespace layerstream

@@ -113,6 +113,10 @@ struct cluster_config {
   /// HMAC-SHA256 challenge/response (node/auth.hpp) before any fabric address
   /// or key is exchanged; the token itself is never sent.
   std::string token;
+  /// Which addresses this process may use outside loopback (common/net_guard.hpp):
+  /// "test": only inside a test host made by tests/cluster/hosts.sh;
+  /// "deployment": a real cluster, the addresses in this file are trusted.
+  std::string network = "test";
 };
 
 /// [log]

@@ -67,12 +67,14 @@ void visit_fields(Config& c, Visitor& v) {
   v.table("cluster");
   v.field("cp_size", c.cluster.cp_size);
   v.field("token", c.cluster.token);
+  v.field("network", c.cluster.network);
   v.table("log");
   v.field("level", c.log.level);
 }
 
 constexpr const char* providers[] = {"",        "tcp;ofi_rxm",   "net", "shm",
                                      "sockets", "verbs;ofi_rxm", "efa", "udp;ofi_rxd"};
+constexpr const char* networks[] = {"test", "deployment"};
 constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr uint32_t max_cp_size = 64;
 constexpr size_t min_token_chars = 16;
@@ -548,6 +550,10 @@ void check_general(const deployment_config& c, const std::string& file) {
   if (cl.cp_size == 0 || cl.cp_size > max_cp_size)
     refuse(file, "cluster.cp_size",
            "must be in 1.." + std::to_string(max_cp_size) + ", got " + std::to_string(cl.cp_size));
+  if (!contains(networks, cl.network))
+    refuse(file, "cluster.network",
+           "unknown value " + quoted(cl.network) + "; one of " + one_of(networks) +
+               " (\"test\": loopback or test hosts only; \"deployment\": a real cluster)");
   if (c.prefill.cp_rank >= cl.cp_size)
     refuse(file, "prefill.cp_rank",
            "must be below cluster.cp_size (" + std::to_string(cl.cp_size) + "), got " +

@@ -18,6 +18,7 @@ fi
 BIN=$1
 TEST_NAME=$(basename "$0" .sh)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ls-process-${TEST_NAME}.XXXXXX")
+CLEANUP_HOOKS=() # functions cleanup runs after killing PIDS (tests/cluster: hosts_down)
 PIDS=()          # every process this test started and has not reaped yet
 ALL_PIDS=()      # every process this test started (for shm leftovers)
 T0=$EPOCHREALTIME
@@ -49,6 +50,8 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   done
+  local hook
+  for hook in "${CLEANUP_HOOKS[@]}"; do "$hook"; done
   # A killed shm process leaves its segment behind.
   for pid in "${ALL_PIDS[@]}"; do rm -f /dev/shm/"$pid":* 2>/dev/null; done
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
