@@ -42,10 +42,11 @@ class layer_notifier::drain {
   bool push(slot&& s) {
     if (!ring_.try_push(std::move(s)))
       return false;
-    // Dekker pairing with loop(): either the drain thread sees the new slot
-    // before it sleeps, or we see it sleeping and wake it.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_relaxed)) {
+    // Dekker pairing with loop(), all four accesses seq_cst (the ring's head
+    // store, this load; the flag's store, the ring's empty()): either the
+    // drain thread sees the new slot before it sleeps, or we see it sleeping
+    // and wake it. (Atomics, not fences: TSan does not model fences.)
+    if (sleeping_.load(std::memory_order_seq_cst)) {
       bump(wakeups_);
       wake();
     }
@@ -99,8 +100,7 @@ class layer_notifier::drain {
         std::this_thread::sleep_for(opts_.poll);
         continue;
       }
-      sleeping_.store(true, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      sleeping_.store(true, std::memory_order_seq_cst);
       if (ring_.empty() && !stopping_.load()) {
         std::unique_lock<std::mutex> guard{mtx_};
         // Bounded: even a lost wake-up costs at most one idle_sleep.

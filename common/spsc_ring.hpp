@@ -44,7 +44,9 @@ class spsc_ring {
         return false;
     }
     p.slots[head & p.mask] = std::move(value);
-    p.head.store(head + 1, std::memory_order_release);
+    // seq_cst, not release: a producer that next reads a "consumer sleeps"
+    // flag needs this store ordered before that load (see empty()).
+    p.head.store(head + 1, std::memory_order_seq_cst);
     return true;
   }
 
@@ -62,8 +64,9 @@ class spsc_ring {
     return true;
   }
 
-  /// Consumer: true when nothing is queued (seq_cst: pairs with a fence on
-  /// the producer side for sleep/wake hand-shakes).
+  /// Consumer: true when nothing is queued (seq_cst loads: with the seq_cst
+  /// store in try_push, a sleep/wake hand-shake on another flag cannot miss
+  /// a push).
   bool empty() const {
     return tail_.load(std::memory_order_seq_cst) == producer_.head.load(std::memory_order_seq_cst);
   }

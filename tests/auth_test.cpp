@@ -18,15 +18,19 @@ struct auth_system_config : caf::actor_system_config {
 const std::string token = "the-cluster-token-for-tests";
 constexpr auto timeout = std::chrono::seconds(5);
 
-/// Answers every transfer_info with kv_ready{room, cp_rank 7, ok, bytes = room * 10}.
-scheduler_actor::behavior_type fake_scheduler() {
-  return {[](transfer_info& info) { return kv_ready{info.room, 7, {}, info.room * 10}; }};
+/// Answers every transfer_info with kv_ready{room, cp_rank, ok, bytes = room * 10}.
+/// (It takes an argument: CAF 0.17 spawning a function without arguments
+/// dereferences a null argument tuple, which UBSan reports.)
+scheduler_actor::behavior_type fake_scheduler(uint32_t cp_rank) {
+  return {[cp_rank](transfer_info& info) {
+    return kv_ready{info.room, cp_rank, {}, info.room * 10};
+  }};
 }
 
 struct AuthTest : ::testing::Test {
   auth_system_config cfg;
   caf::actor_system sys{cfg};
-  scheduler_actor scheduler = sys.spawn(fake_scheduler);
+  scheduler_actor scheduler = sys.spawn(fake_scheduler, uint32_t{7});
   gate_actor gate;
   caf::scoped_actor self{sys};
 
