@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
   decode->add_option("--config", decode_config, "TOML config of this node")->required();
   add_optional(decode, "--log-level", decode_log, "trace, debug, info, warn, error, off");
   decode->add_option("--json", decode_json, "write the report as JSON to this file");
+  bool decode_digest = false;
+  decode->add_flag("--pool-digest", decode_digest,
+                   "report a hash of the whole decode pool (compare two runs' pools)");
 
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
@@ -109,7 +112,7 @@ int main(int argc, char** argv) {
   if (*prefill)
     return layerstream::cli::run_prefill(prefill_config, prefill_log);
   if (*decode)
-    return layerstream::cli::run_decode(decode_config, decode_log, decode_json);
+    return layerstream::cli::run_decode(decode_config, decode_log, decode_json, decode_digest);
   if (*bench_soak)
     return layerstream::cli::run_soak(soak_opts);
   if (*bench_transport) {

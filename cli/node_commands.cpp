@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -64,11 +65,19 @@ double median_ms(std::vector<int64_t> ns) {
   return static_cast<double>(ns[ns.size() / 2]) / 1e6;
 }
 
-/// FNV-1a 64 of a whole pool, as 16 hex digits: equal pools, equal digests
+/// FNV-1a 64 (over words) of a whole pool, as 16 hex digits: equal pools, equal digests
 /// (the cluster tests compare per-layer and bulk runs of one workload).
 std::string pool_digest(const kv_pool& pool) {
+  // FNV-1a over 8-byte words (then the tail bytes): 8x fewer steps.
   uint64_t h = 0xcbf29ce484222325ull;
-  for (uint64_t i = 0; i < pool.bytes(); ++i)
+  const uint64_t n = pool.bytes();
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, pool.base() + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < n; ++i)
     h = (h ^ pool.base()[i]) * 0x100000001b3ull;
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
@@ -359,7 +368,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
 }
 
 int run_decode(const std::string& config_path, std::optional<std::string> log_level,
-               const std::string& json_path) {
+               const std::string& json_path, bool with_digest) {
   auto cfg = load(config_path, config_role::decode);
   if (!cfg)
     return 2;
@@ -410,11 +419,13 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     return 1;
   }
   auto rep = run_workload(sys, (*node)->receiver, *cfg);
-  auto rc = report(rep, *cfg, 0, 0, json_path, "decode", pool_digest(*(*node)->pool));
   (*node)->stop();
   sys.await_all_actors_done();
+  // Closed first: a failed room's late write must not land while we hash.
   (*node)->target->close();
-  return rc;
+  // The digest reads the whole pool: only when asked (the cluster tests).
+  auto digest = with_digest ? pool_digest(*(*node)->pool) : std::string{};
+  return report(rep, *cfg, 0, 0, json_path, "decode", digest);
 }
 
 } // namespace layerstream::cli

@@ -128,7 +128,7 @@ start_cluster_prefills() {
 start_cluster_decode() {
   local name=$1 level=${DECODE_LOG_LEVEL:-info}
   rm -f "$TMP/$name.json"
-  on_host_exec "$(decode_host)" "$BIN" decode --config "$TMP/decode.toml" --json "$TMP/$name.json" \
+  on_host_exec "$(decode_host)" "$BIN" decode --config "$TMP/decode.toml" --pool-digest --json "$TMP/$name.json" \
     --log-level "$level" >"$TMP/$name.log" 2>&1 &
   DECODE_PID=$!
   started "$DECODE_PID"
