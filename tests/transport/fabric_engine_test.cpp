@@ -80,6 +80,14 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
     target_.reset();
   }
 
+  // The registered buffers live in the fixture, declared before the engines:
+  // a provider thread (sockets, tcp) may still touch them until the engines
+  // are closed in TearDown, after the test body's locals are gone.
+  static std::vector<uint8_t>& sized(std::vector<uint8_t>& buf, uint64_t len) {
+    buf.assign(len, 0);
+    return buf;
+  }
+  std::vector<uint8_t> src_, dst_;
   test::completions done_; // outlives the engines that call it
   std::vector<uint8_t> target_name_;
   fabric::remote_range region_;
@@ -90,7 +98,9 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
 
 TEST_P(FabricEngine, RandomPageLayoutsOfSeveralLayersLandByteForByte) {
   constexpr uint64_t pool = 64ull << 20;
-  std::vector<uint8_t> src(pool), dst(pool), expected(pool);
+  auto& src = sized(src_, pool);
+  auto& dst = sized(dst_, pool);
+  std::vector<uint8_t> expected(pool);
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, pool));
   if (IsSkipped())
     return;
@@ -137,7 +147,8 @@ TEST_P(FabricEngine, RandomPageLayoutsOfSeveralLayersLandByteForByte) {
 }
 
 TEST_P(FabricEngine, DstRangeOutsideTheAdvertisedRegionIsRefusedWithNothingWritten) {
-  std::vector<uint8_t> src(1 << 20), dst(1 << 20);
+  auto& src = sized(src_, 1 << 20);
+  auto& dst = sized(dst_, 1 << 20);
   const uint64_t adv_off = 4096, adv_len = 64 * 1024;
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, adv_off, adv_len));
   if (IsSkipped())
@@ -173,7 +184,8 @@ TEST_P(FabricEngine, DstRangeOutsideTheAdvertisedRegionIsRefusedWithNothingWritt
 }
 
 TEST_P(FabricEngine, WritesLargerThanTheMaxMessageSizeAreSplit) {
-  std::vector<uint8_t> src(4 << 20), dst(4 << 20);
+  auto& src = sized(src_, 4 << 20);
+  auto& dst = sized(dst_, 4 << 20);
   fabric::fabric_config cfg;
   cfg.max_write_size = 64 * 1024;
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), cfg));
@@ -193,7 +205,8 @@ TEST_P(FabricEngine, WritesLargerThanTheMaxMessageSizeAreSplit) {
 }
 
 TEST_P(FabricEngine, MoreWritesThanTheTxDepthAllCompleteWithinTheWindow) {
-  std::vector<uint8_t> src(8 << 20), dst(8 << 20);
+  auto& src = sized(src_, 8 << 20);
+  auto& dst = sized(dst_, 8 << 20);
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size()));
   if (IsSkipped())
     return;
@@ -215,7 +228,8 @@ TEST_P(FabricEngine, MoreWritesThanTheTxDepthAllCompleteWithinTheWindow) {
 }
 
 TEST_P(FabricEngine, AClosedTargetFailsTheJobWithinItsDeadlineAndLaterJobsAreRefused) {
-  std::vector<uint8_t> src(4 << 20), dst(4 << 20);
+  auto& src = sized(src_, 4 << 20);
+  auto& dst = sized(dst_, 4 << 20);
   if (GetParam() == "shm")
     GTEST_SKIP() << "shm: closing a target endpoint inside the same process unmaps the shared "
                     "region the initiator still writes to (SIGSEGV inside libfabric 1.17); a "
@@ -245,7 +259,8 @@ TEST_P(FabricEngine, AClosedTargetFailsTheJobWithinItsDeadlineAndLaterJobsAreRef
 }
 
 TEST_P(FabricEngine, StoppingWithWritesInFlightAnswersEveryJobOnceAndReturnsPromptly) {
-  std::vector<uint8_t> src(16 << 20), dst(16 << 20);
+  auto& src = sized(src_, 16 << 20);
+  auto& dst = sized(dst_, 16 << 20);
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size()));
   if (IsSkipped())
     return;
@@ -277,7 +292,8 @@ TEST_P(FabricEngine, AnInjectedCqErrorFailsExactlyItsJobAndOtherJobsLandBitExact
   // Eight jobs (rooms) of 256 KiB each to one peer, all in flight together;
   // job 3's first completion is turned into an error completion.
   constexpr uint64_t jobs = 8, len = 256 << 10;
-  std::vector<uint8_t> src(jobs * len), dst(jobs * len);
+  auto& src = sized(src_, jobs * len);
+  auto& dst = sized(dst_, jobs * len);
   std::mt19937_64 rng{7};
   test::fill_random(src, rng);
   auto faults = std::make_shared<fabric::job_faults>(std::set<uint64_t>{3});
@@ -323,7 +339,8 @@ TEST_P(FabricEngine, AWriteWithAWrongRemoteKeyGetsARealErrorCompletion) {
   // drop the connection (a peer failure); shm does not check keys at all.
   if (GetParam() == "shm")
     GTEST_SKIP() << "shm does not check remote keys: a bad-key write lands (libfabric 1.17)";
-  std::vector<uint8_t> src(64 << 10), dst(64 << 10);
+  auto& src = sized(src_, 64 << 10);
+  auto& dst = sized(dst_, 64 << 10);
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), {}, 5s));
   if (IsSkipped())
     return;
