@@ -160,6 +160,10 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
   auto& st = self->state;
   st.forward_busy = false;
   st.stats.forward_ns.push_back(msg.end_ns - msg.start_ns);
+  const auto room_left = scheduler_stats::notify_samples_max - st.stats.notify_ns.size();
+  st.stats.notify_ns.insert(st.stats.notify_ns.end(), msg.notify_ns.begin(),
+                            msg.notify_ns.begin() + static_cast<std::ptrdiff_t>(
+                                                        std::min(room_left, msg.notify_ns.size())));
   auto b = st.batches.find(msg.batch);
   if (b == st.batches.end())
     return;
@@ -201,6 +205,11 @@ void try_start_batch(self_ptr self) {
   auto& st = self->state;
   if (st.forward_busy || st.queue.empty())
     return;
+  if (st.hold_rooms > 0) {
+    if (st.queue.size() < st.hold_rooms)
+      return;
+    st.hold_rooms = 0; // one-shot: this batch takes the held requests
+  }
   const auto ps = st.cfg.model.page_size;
   auto batch_id = st.next_batch++;
   batch_state bs;
@@ -336,7 +345,8 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
   init.forward = std::make_unique<cpu_forward>(
       *pool, cfg.model.layer_compute, notify,
       [weak_self, notify](uint64_t batch, forward_timing timing) mutable {
-        batch_done done{batch, steady_ns(timing.start), steady_ns(timing.end)};
+        batch_done done{batch, steady_ns(timing.start), steady_ns(timing.end),
+                        std::move(timing.notify_ns)};
         notify.then([weak_self, done] {
           if (auto strong = weak_self.lock())
             caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong), done);
@@ -351,6 +361,18 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
         return rp;
       },
       [self](const batch_done& msg) { on_batch_done(self, msg); },
+      [self](const hold_forward& msg) {
+        auto& st = self->state;
+        if (msg.rooms > 0) {
+          st.hold_rooms = msg.rooms;
+          st.hold_id = msg.id;
+          // Every wait has a deadline: the hold lifts itself.
+          self->delayed_send(self, msg.max_wait, hold_forward{0, msg.id, {}});
+        } else if (msg.id == st.hold_id) {
+          st.hold_rooms = 0;
+        }
+        try_start_batch(self);
+      },
       [self](const stats_query&) { return self->state.stats; },
   };
 }

@@ -6,6 +6,8 @@
 //                               this rank's writes for every chunk of the room
 //                               are delivery-complete, or failed (with reason)
 //   batch_done                  from the forward thread: the batch's forward ended
+//   hold_forward                local (bench tail): start no batch until N
+//                               requests are queued (one-shot, with a deadline)
 //   stats_query -> scheduler_stats
 //
 // Per batch: setup (manager) -> forward (cpu_forward thread; the notifier
@@ -40,7 +42,7 @@
 namespace layerstream {
 
 using scheduler_full_actor =
-    scheduler_actor::extend<caf::reacts_to<batch_done>,
+    scheduler_actor::extend<caf::reacts_to<batch_done>, caf::reacts_to<hold_forward>,
                             caf::replies_to<stats_query>::with<scheduler_stats>>;
 
 struct scheduler_config {
@@ -96,6 +98,9 @@ struct scheduler_state {
   std::map<uint64_t, batch_state> batches;
   uint64_t next_batch = 1;
   bool forward_busy = false;
+  /// hold_forward: no batch starts until this many requests are queued (0 = no hold).
+  uint32_t hold_rooms = 0;
+  uint64_t hold_id = 0;
   scheduler_stats stats;
 };
 

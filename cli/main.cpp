@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/tail_bench.hpp"
 #include "bench/transport_bench.hpp"
 #include "cli/blocks_command.hpp"
 #include "cli/node_commands.hpp"
@@ -83,6 +84,23 @@ int main(int argc, char** argv) {
   bench_transport->add_flag("--quick", tb_quick, "a short smoke run");
   bench_transport->add_option("--json", tb.json_path, "write the results as JSON to this file");
 
+  layerstream::tail_bench_options tail_opts;
+  auto* bench_tail = bench->add_subcommand(
+      "tail", "Exposed transfer tail: bulk path against per-layer path on the same workload, "
+              "side by side (interleaved repetitions, medians); forward slowdown; notifier and "
+              "actor handling cost");
+  bench_tail->add_option("--layers", tail_opts.layers, "model layers (default: 32 61 80)");
+  bench_tail->add_option("--rooms", tail_opts.rooms, "concurrent rooms (default: 1 16 256)");
+  bench_tail->add_option("--cp", tail_opts.cp,
+                         "CP sizes; CP > 1 runs with one room (default: 1 2)");
+  bench_tail->add_option("--repetitions", tail_opts.repetitions, "interleaved repetitions");
+  bench_tail->add_option("--layer-compute-us", tail_opts.layer_compute_us,
+                         "simulated compute per layer, us");
+  bench_tail->add_option("--provider", tail_opts.provider, "libfabric provider");
+  bench_tail->add_flag("--quick", tail_opts.quick,
+                       "L = 32 with 1 and 16 rooms, 3 repetitions (under a minute)");
+  bench_tail->add_option("--json", tail_opts.json_path, "write the results as JSON to this file");
+
   layerstream::cli::soak_options soak_opts;
   auto* bench_soak = bench->add_subcommand(
       "soak", "Many rooms with random injected CQ errors: each complete and bit-exact or failed "
@@ -113,6 +131,8 @@ int main(int argc, char** argv) {
     return layerstream::cli::run_prefill(prefill_config, prefill_log);
   if (*decode)
     return layerstream::cli::run_decode(decode_config, decode_log, decode_json, decode_digest);
+  if (*bench_tail)
+    return layerstream::run_tail_bench(tail_opts);
   if (*bench_soak)
     return layerstream::cli::run_soak(soak_opts);
   if (*bench_transport) {

@@ -40,6 +40,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<kv_ready>("layerstream::kv_ready");
   cfg.add_message_type<batch_done>("layerstream::batch_done");
   cfg.add_message_type<stats_query>("layerstream::stats_query");
+  cfg.add_message_type<hold_forward>("layerstream::hold_forward");
   cfg.add_message_type<scheduler_stats>("layerstream::scheduler_stats");
   cfg.add_message_type<open_room>("layerstream::open_room");
   cfg.add_message_type<room_result>("layerstream::room_result");

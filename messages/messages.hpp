@@ -313,14 +313,34 @@ struct batch_done {
   uint64_t batch = 0;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  /// Per layer: how long the notifier call took on the forward thread.
+  std::vector<int64_t> notify_ns;
   friend bool operator==(const batch_done& a, const batch_done& b) {
-    return a.batch == b.batch && a.start_ns == b.start_ns && a.end_ns == b.end_ns;
+    return a.batch == b.batch && a.start_ns == b.start_ns && a.end_ns == b.end_ns &&
+           a.notify_ns == b.notify_ns;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_done& x) {
-  return f(caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns);
+  return f(caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns, x.notify_ns);
+}
+
+/// local (bench) -> scheduler: start no forward batch until `rooms` requests
+/// are queued, so that a benchmark's rooms share one batch. One-shot; released
+/// after `max_wait` at the latest (hold id `id`), or by rooms = 0 with the same id.
+struct hold_forward {
+  uint32_t rooms = 0;
+  uint64_t id = 0;
+  caf::timespan max_wait{0};
+  friend bool operator==(const hold_forward& a, const hold_forward& b) {
+    return a.rooms == b.rooms && a.id == b.id && a.max_wait == b.max_wait;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hold_forward& x) {
+  return f(caf::meta::type_name("hold_forward"), x.rooms, x.id, x.max_wait);
 }
 
 struct stats_query {
@@ -341,16 +361,21 @@ struct scheduler_stats {
   /// of the batch delivery-complete), ns.
   std::vector<int64_t> forward_ns;
   std::vector<int64_t> tail_ns;
+  /// Per layer of every batch: the notifier call on the forward thread, ns
+  /// (the first notify_samples_max only).
+  std::vector<int64_t> notify_ns;
+  static constexpr size_t notify_samples_max = size_t{1} << 20;
   friend bool operator==(const scheduler_stats& a, const scheduler_stats& b) {
     return a.rooms_complete == b.rooms_complete && a.rooms_failed == b.rooms_failed &&
-           a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns;
+           a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns &&
+           a.notify_ns == b.notify_ns;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return f(caf::meta::type_name("scheduler_stats"), x.rooms_complete, x.rooms_failed, x.bytes,
-           x.forward_ns, x.tail_ns);
+           x.forward_ns, x.tail_ns, x.notify_ns);
 }
 
 // -- receiver (decode rank) --------------------------------------------------

@@ -64,14 +64,19 @@ void cpu_forward::execute(const forward_batch& batch) {
   forward_timing timing;
   timing.start = std::chrono::steady_clock::now();
   timing.layer_written.reserve(pool_.layers());
+  timing.notify_ns.reserve(pool_.layers());
   for (uint32_t layer = 0; layer < pool_.layers(); ++layer) {
     auto t0 = steady_ns();
     spin_for(layer_compute_);
     for (auto& item : batch.items)
       pool_.write_layer(item.room, layer, item.pages, item.first_token, item.last_token,
                         item.prompt_tokens);
-    timing.layer_written.push_back(std::chrono::steady_clock::now());
+    const auto written = std::chrono::steady_clock::now();
+    timing.layer_written.push_back(written);
     notify_(layer);
+    timing.notify_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - written)
+                                   .count());
     if (trace_)
       trace_->span("compute " + std::to_string(layer), "forward", trace_pid_, 0, t0, steady_ns());
   }

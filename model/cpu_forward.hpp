@@ -47,6 +47,8 @@ struct forward_timing {
   std::chrono::steady_clock::time_point end;
   /// Per layer: when its KV write finished (just before the notifier call).
   std::vector<std::chrono::steady_clock::time_point> layer_written;
+  /// Per layer: how long the notifier call took, ns (the forward thread's cost).
+  std::vector<int64_t> notify_ns;
 };
 
 class cpu_forward {

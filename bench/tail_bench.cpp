@@ -1,0 +1,535 @@
+#include "bench/tail_bench.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <memory>
+
+#include <sys/resource.h>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/notifier.hpp"
+#include "common/log.hpp"
+#include "common/net_guard.hpp"
+#include "config/loader.hpp"
+#include "node/nodes.hpp"
+
+namespace layerstream {
+
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+/// One row of the table: the workload shape.
+struct bench_shape {
+  uint32_t layers = 32;
+  uint32_t rooms = 1;
+  uint32_t cp = 1;
+  uint64_t tokens = 0;   // per room
+  uint32_t kv_heads = 0; // sets the page size in bytes
+};
+
+/// The workload of a shape: one room holds 256 tokens (16 pages); many rooms
+/// hold one page each, and at 256 rooms the pages are smaller (1 KV head),
+/// so that one layer's bytes stay below what the link moves in one layer's
+/// compute (the regime where per-layer overlap can hide the transfer).
+bench_shape shape_of(uint32_t layers, uint32_t rooms, uint32_t cp) {
+  bench_shape s{layers, rooms, cp, rooms == 1 ? 256u : 16u, rooms >= 128 ? 1u : 8u};
+  return s;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+int64_t percentile(std::vector<int64_t> v, double p) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  auto k = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(k, v.size() - 1)];
+}
+
+std::optional<deployment_config> make_config(const tail_bench_options& o, const bench_shape& b,
+                                             bool per_layer, std::string& why) {
+  auto res = load_config_string(embedded_demo_config(), "<embedded demo config>");
+  if (auto* err = std::get_if<config_error>(&res)) {
+    why = err->to_string();
+    return std::nullopt;
+  }
+  auto cfg = std::get<deployment_config>(std::move(res));
+  cfg.model.layers = b.layers;
+  cfg.model.kv_heads = b.kv_heads;
+  cfg.model.head_dim = 64;
+  cfg.model.dtype_bytes = 2;
+  cfg.model.page_size = 16;
+  cfg.model.mla = false;
+  cfg.model.layer_compute = std::chrono::microseconds(o.layer_compute_us);
+  cfg.transfer.per_layer = per_layer;
+  cfg.transfer.per_layer_min_tokens = 0;
+  cfg.transfer.chunk_tokens = 0;
+  cfg.transfer.max_batch = b.rooms; // every room in one forward batch
+  cfg.fabric.provider = o.provider;
+  const uint64_t pages = (b.tokens + cfg.model.page_size - 1) / cfg.model.page_size;
+  cfg.prefill.pool_pages = b.rooms * pages;
+  cfg.decode.pool_pages = b.rooms * pages;
+  cfg.workload.rooms = b.rooms;
+  cfg.workload.min_tokens = b.tokens;
+  cfg.workload.max_tokens = b.tokens;
+  cfg.workload.fault_rate = 0;
+  cfg.cluster.cp_size = b.cp;
+  if (auto err = validate_for(cfg, config_role::demo, "<bench tail>")) {
+    why = err->to_string();
+    return std::nullopt;
+  }
+  return cfg;
+}
+
+/// What one workload run measured (the worst CP rank: decode completes a
+/// room only after every rank).
+struct run_sample {
+  double tail_ms = 0;
+  double forward_ms = 0;
+  std::vector<int64_t> notify_ns;
+};
+
+/// Stats of every rank (cumulative).
+std::vector<scheduler_stats> stats_of(caf::actor_system& sys, local_cluster& c) {
+  std::vector<scheduler_stats> out;
+  caf::scoped_actor self{sys};
+  for (auto& p : c.prefill)
+    self->request(p->scheduler, 10s, stats_query{})
+        .receive([&](scheduler_stats& s) { out.push_back(std::move(s)); },
+                 [&](caf::error&) { out.emplace_back(); });
+  return out;
+}
+
+/// One workload run on `c`: all rooms in one batch per rank (hold_forward),
+/// checked bit-exact at decode. nullopt (and `why`) if any room failed.
+std::optional<run_sample> run_once(caf::actor_system& sys, local_cluster& c,
+                                   const deployment_config& cfg, room_id first_room,
+                                   uint64_t hold_id, std::string& why) {
+  auto before = stats_of(sys, c);
+  for (auto& p : c.prefill)
+    caf::anon_send(p->scheduler, hold_forward{cfg.workload.rooms, hold_id, caf::timespan{10s}});
+  auto rep = run_workload(sys, c.decode->receiver, cfg, first_room);
+  if (rep.complete != rep.rooms || !rep.bit_exact || rep.bytes_written != rep.bytes_expected) {
+    why = std::to_string(rep.complete) + "/" + std::to_string(rep.rooms) + " rooms complete, " +
+          (rep.bit_exact ? "bit-exact" : "NOT bit-exact") + ", " +
+          std::to_string(rep.bytes_written) + " of " + std::to_string(rep.bytes_expected) +
+          " bytes" + (rep.failures.empty() ? "" : ": " + rep.failures.front());
+    return std::nullopt;
+  }
+  auto after = stats_of(sys, c);
+  run_sample s;
+  for (size_t r = 0; r < after.size() && r < before.size(); ++r) {
+    auto& a = after[r];
+    auto& b = before[r];
+    for (size_t k = b.tail_ns.size(); k < a.tail_ns.size(); ++k)
+      s.tail_ms = std::max(s.tail_ms, static_cast<double>(a.tail_ns[k]) / 1e6);
+    for (size_t k = b.forward_ns.size(); k < a.forward_ns.size(); ++k)
+      s.forward_ms = std::max(s.forward_ms, static_cast<double>(a.forward_ns[k]) / 1e6);
+    s.notify_ns.insert(s.notify_ns.end(),
+                       a.notify_ns.begin() + static_cast<std::ptrdiff_t>(b.notify_ns.size()),
+                       a.notify_ns.end());
+    if (a.tail_ns.size() != b.tail_ns.size() + 1) {
+      why = "rank " + std::to_string(r) + " ran " +
+            std::to_string(a.tail_ns.size() - b.tail_ns.size()) + " batches, not 1";
+      return std::nullopt;
+    }
+  }
+  return s;
+}
+
+/// The same forward (rank 0's share of the same rooms, same KV writes and
+/// compute) with no notifier and no transfer at all: the slowdown baseline.
+std::optional<double> forward_alone_ms(kv_pool& pool, const deployment_config& cfg) {
+  const auto& w = cfg.workload;
+  const uint64_t ps = cfg.model.page_size;
+  const uint64_t pages = (w.max_tokens + ps - 1) / ps;
+  auto owned = owned_positions(pages, cfg.cluster.cp_size, 0);
+  if (!owned)
+    return std::nullopt;
+  forward_batch batch;
+  batch.id = 1;
+  for (uint32_t r = 0; r < w.rooms; ++r) {
+    forward_item item{r + 1, std::vector<uint64_t>(pages, 0), owned->begin * ps,
+                      std::min(owned->end * ps, w.max_tokens), w.max_tokens};
+    for (uint64_t k = owned->begin; k < owned->end; ++k)
+      item.pages[k] = r * pages + k;
+    if (item.first_token < item.last_token)
+      batch.items.push_back(std::move(item));
+  }
+  std::promise<double> done;
+  auto took = done.get_future();
+  {
+    cpu_forward fwd{pool, cfg.model.layer_compute, [](uint32_t) {},
+                    [&done](uint64_t, forward_timing t) {
+                      done.set_value(
+                          std::chrono::duration<double, std::milli>(t.end - t.start).count());
+                    }};
+    fwd.run(std::move(batch));
+    if (took.wait_for(60s) != std::future_status::ready)
+      return std::nullopt; // the destructor still joins the thread
+  }
+  return took.get();
+}
+
+/// CPU time of this process and of the calling thread, ns.
+std::pair<int64_t, int64_t> cpu_ns() {
+  auto ns = [](const rusage& u) {
+    return (static_cast<int64_t>(u.ru_utime.tv_sec) + u.ru_stime.tv_sec) * 1'000'000'000 +
+           (static_cast<int64_t>(u.ru_utime.tv_usec) + u.ru_stime.tv_usec) * 1000;
+  };
+  rusage all{}, self{};
+  getrusage(RUSAGE_SELF, &all);
+  getrusage(RUSAGE_THREAD, &self);
+  return {ns(all), ns(self)};
+}
+
+/// The manager's and the contexts' message handling for `rooms` rooms over
+/// the layers of `cfg`, paced by the layer compute like a forward: the real
+/// manager, contexts and notifier, with a sink that answers each submit at
+/// once in place of the transport (so only the actors' handling is counted).
+struct handling_sample {
+  double cpu_us_per_layer = 0;  // CPU of every thread but the forward thread
+  double latency_us_median = 0; // layer_end to the last room's submit of that layer
+};
+
+std::optional<handling_sample> measure_handling(caf::actor_system& sys,
+                                                const deployment_config& cfg, std::string& why) {
+  const uint32_t rooms = cfg.workload.rooms, layers = cfg.model.layers;
+  const uint64_t ps = cfg.model.page_size;
+  const uint64_t pages = (cfg.workload.max_tokens + ps - 1) / ps;
+  auto pool = kv_pool::create(cfg.model, rooms * pages);
+  if (!pool) {
+    why = describe(pool.error());
+    return std::nullopt;
+  }
+  // Per layer: submits seen and when the last one arrived.
+  struct tally {
+    std::vector<std::atomic<uint32_t>> seen;
+    std::vector<std::atomic<int64_t>> last_ns;
+    explicit tally(size_t n) : seen(n), last_ns(n) {}
+  };
+  auto t = std::make_shared<tally>(layers);
+  auto sink = sys.spawn([t](submit_sink::pointer) -> submit_sink::behavior_type {
+    return {[t](submit& s) -> submit_done {
+      uint64_t bytes = 0;
+      for (auto& b : s.blocks)
+        bytes += b.len;
+      if (s.layer < t->seen.size()) {
+        t->last_ns[s.layer].store(steady_ns());
+        t->seen[s.layer].fetch_add(1);
+      }
+      return submit_done{s.room, s.layer, caf::error{}, bytes};
+    }};
+  });
+  manager_config mcfg;
+  auto manager = sys.spawn(manager_impl, sink, mcfg);
+  setup batch;
+  for (uint32_t r = 0; r < rooms; ++r) {
+    std::vector<uint64_t> src(pages), dst(pages);
+    for (uint64_t k = 0; k < pages; ++k)
+      src[k] = dst[k] = r * pages + k;
+    auto plan = make_transfer_plan(src, dst);
+    if (!plan) {
+      why = describe(plan.error());
+      return std::nullopt;
+    }
+    batch.batch.push_back(
+        request_transfer{r + 1, 1, std::move(*plan),
+                         kv_pointers{(*pool)->k_ptrs(), (*pool)->k_ptrs(), (*pool)->v_ptrs(),
+                                     (*pool)->v_ptrs(), (*pool)->item_lens()}});
+  }
+  caf::scoped_actor self{sys};
+  bool ready = false;
+  self->request(manager, 30s, std::move(batch))
+      .receive([&](caf::ok_atom) { ready = true; },
+               [&](caf::error& err) { why = "setup: " + sys.render(err); });
+  std::optional<handling_sample> out;
+  if (ready) {
+    completed_event_source events;
+    notifier_options nopts;
+    nopts.poll = cfg.transfer.notify_poll;
+    layer_notifier notify{manager, events, nopts};
+    std::vector<int64_t> sent_ns(layers);
+    auto [cpu0_all, cpu0_self] = cpu_ns();
+    for (uint32_t layer = 0; layer < layers; ++layer) {
+      spin_for(cfg.model.layer_compute);
+      sent_ns[layer] = steady_ns();
+      notify(layer);
+    }
+    // Let the last layer's handling finish, then finish every room.
+    std::promise<void> flushed;
+    notify.then([&flushed] { flushed.set_value(); });
+    flushed.get_future().wait_for(30s);
+    uint32_t answered = 0;
+    for (uint32_t r = 0; r < rooms; ++r)
+      self->request(manager, 60s, finish{r + 1})
+          .receive([&](const finish_result& res) { answered += res.status ? 0 : 1; },
+                   [&](caf::error&) {});
+    auto [cpu1_all, cpu1_self] = cpu_ns();
+    if (answered != rooms) {
+      why = std::to_string(rooms - answered) + " rooms did not finish";
+    } else {
+      handling_sample h;
+      const int64_t others = (cpu1_all - cpu0_all) - (cpu1_self - cpu0_self);
+      h.cpu_us_per_layer = static_cast<double>(others) / 1e3 / layers;
+      std::vector<double> lat;
+      for (uint32_t layer = 0; layer < layers; ++layer)
+        if (t->seen[layer].load() == rooms)
+          lat.push_back(static_cast<double>(t->last_ns[layer].load() - sent_ns[layer]) / 1e3);
+      h.latency_us_median = median(lat);
+      out = h;
+    }
+  }
+  caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+  return out;
+}
+
+/// Everything reported for one config.
+struct bench_row {
+  bench_shape shape;
+  uint64_t layer_bytes = 0; // one layer's KV over all rooms and ranks
+  double tail_bulk_ms = 0, tail_layer_ms = 0, layer_xfer_ms = 0;
+  double forward_none_ms = 0, forward_layer_ms = 0, slowdown_pct = 0;
+  int64_t notify_median_ns = 0, notify_p99_ns = 0;
+  handling_sample handling;
+};
+
+/// Runs one config: `reps` interleaved repetitions of (no-transfer forward,
+/// bulk, per-layer), order rotated each repetition.
+std::optional<bench_row> run_config(const tail_bench_options& o, const bench_shape& shape,
+                                    std::string& why) {
+  auto bulk_cfg = make_config(o, shape, false, why);
+  auto layer_cfg = make_config(o, shape, true, why);
+  if (!bulk_cfg || !layer_cfg)
+    return std::nullopt;
+  caf::actor_system_config scfg;
+  layerstream::add_message_types(scfg);
+  scfg.set("logger.verbosity", caf::atom("quiet"));
+  scfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{scfg};
+  bench_row row;
+  row.shape = shape;
+  row.layer_bytes = bulk_cfg->workload.rooms *
+                    ((shape.tokens + bulk_cfg->model.page_size - 1) / bulk_cfg->model.page_size) *
+                    bulk_cfg->model.item_len() * 2;
+  auto alone_pool = kv_pool::create(bulk_cfg->model, bulk_cfg->prefill.pool_pages);
+  local_cluster bulk, layer;
+  bool ok = static_cast<bool>(alone_pool);
+  if (!ok)
+    why = describe(alone_pool.error());
+  if (ok)
+    if (auto err = bulk.start(sys, *bulk_cfg)) {
+      why = "bulk cluster: " + describe(err);
+      ok = false;
+    }
+  if (ok)
+    if (auto err = layer.start(sys, *layer_cfg)) {
+      why = "per-layer cluster: " + describe(err);
+      ok = false;
+    }
+  std::vector<double> tails_bulk, tails_layer, fwd_none, fwd_layer;
+  std::vector<int64_t> notify;
+  room_id next_room = 1;
+  uint64_t hold = 1;
+  // One untimed warm-up run of each path (first touch of the pools, connections).
+  for (int rep = -1; ok && rep < static_cast<int>(o.repetitions); ++rep) {
+    for (int k = 0; ok && k < 3; ++k) {
+      const int which = (k + std::max(rep, 0)) % 3;
+      if (which == 0) {
+        auto ms = forward_alone_ms(**alone_pool, *bulk_cfg);
+        if (!ms) {
+          why = "the no-transfer forward did not end";
+          ok = false;
+        } else if (rep >= 0) {
+          fwd_none.push_back(*ms);
+        }
+        continue;
+      }
+      auto& c = which == 1 ? bulk : layer;
+      auto& cfg = which == 1 ? *bulk_cfg : *layer_cfg;
+      auto s = run_once(sys, c, cfg, next_room, hold++, why);
+      next_room += cfg.workload.rooms;
+      if (!s) {
+        why = std::string(which == 1 ? "bulk" : "per-layer") + " run: " + why;
+        ok = false;
+      } else if (rep >= 0) {
+        (which == 1 ? tails_bulk : tails_layer).push_back(s->tail_ms);
+        if (which == 2) {
+          fwd_layer.push_back(s->forward_ms);
+          notify.insert(notify.end(), s->notify_ns.begin(), s->notify_ns.end());
+        }
+      }
+    }
+  }
+  std::optional<handling_sample> handling;
+  if (ok) {
+    handling = measure_handling(sys, *layer_cfg, why);
+    ok = handling.has_value();
+    if (!ok)
+      why = "handling: " + why;
+  }
+  // Both clusters' actors stop before the one wait for all actors of `sys`
+  // (local_cluster::stop waits for every actor, so it cannot go one by one).
+  for (auto* c : {&layer, &bulk}) {
+    if (c->decode)
+      c->decode->stop();
+    for (auto& p : c->prefill)
+      p->stop();
+  }
+  sys.await_all_actors_done();
+  for (auto* c : {&layer, &bulk})
+    if (c->decode)
+      c->decode->target->close();
+  if (!ok)
+    return std::nullopt;
+  row.tail_bulk_ms = median(tails_bulk);
+  row.tail_layer_ms = median(tails_layer);
+  // The bulk tail is the whole transfer T (it starts at the forward's end);
+  // T/L is one layer's share of it.
+  row.layer_xfer_ms = row.tail_bulk_ms / shape.layers;
+  row.forward_none_ms = median(fwd_none);
+  row.forward_layer_ms = median(fwd_layer);
+  row.slowdown_pct = row.forward_none_ms > 0
+                         ? (row.forward_layer_ms - row.forward_none_ms) / row.forward_none_ms * 100
+                         : 0;
+  row.notify_median_ns = percentile(notify, 0.5);
+  row.notify_p99_ns = percentile(notify, 0.99);
+  row.handling = *handling;
+  return row;
+}
+
+std::vector<bench_shape> shapes_of(const tail_bench_options& o) {
+  auto layers = o.layers, rooms = o.rooms, cps = o.cp;
+  if (o.quick) {
+    if (layers.empty())
+      layers = {32};
+    if (rooms.empty())
+      rooms = {1, 16};
+    if (cps.empty())
+      cps = {1};
+  }
+  if (layers.empty())
+    layers = {32, 61, 80};
+  if (rooms.empty())
+    rooms = {1, 16, 256};
+  if (cps.empty())
+    cps = {1, 2};
+  std::vector<bench_shape> out;
+  for (auto l : layers)
+    for (auto r : rooms)
+      out.push_back(shape_of(l, r, 1));
+  for (auto cp : cps)
+    if (cp > 1)
+      for (auto l : layers)
+        out.push_back(shape_of(l, 1, cp));
+  return out;
+}
+
+} // namespace
+
+int run_tail_bench(const tail_bench_options& opts_in) {
+  auto o = opts_in;
+  if (o.quick)
+    o.repetitions = std::min<uint32_t>(o.repetitions, 3);
+  if (o.repetitions == 0 || o.layer_compute_us == 0) {
+    std::cerr << "layerstream bench tail: --repetitions and --layer-compute-us must be > 0\n";
+    return 2;
+  }
+  for (auto v : {&o.layers, &o.rooms, &o.cp})
+    for (auto x : *v)
+      if (x == 0 || x > 4096) {
+        std::cerr << "layerstream bench tail: layers, rooms and cp must be in 1..4096, got " << x
+                  << "\n";
+        return 2;
+      }
+  if (auto err = check_local_address("127.0.0.1")) {
+    std::cerr << "layerstream bench tail: " << message_of(err) << "\n";
+    return 2;
+  }
+  log::set_level("warn");
+  std::printf("layerstream bench tail: provider '%s', %u us compute per layer, %u interleaved "
+              "repetitions (medians); T = the bulk tail, T/L its share per layer\n",
+              o.provider.c_str(), o.layer_compute_us, o.repetitions);
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %9s %6s\n",
+              "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
+              "lay/blk", "fwd_none", "fwd_lay", "slow%", "ntf_p50", "ntf_p99", "hdl_cpu", "hdl_lat",
+              "hdl%");
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %9s %6s\n", "",
+              "", "", "", "ms", "ms", "ms", "", "", "ms", "ms", "", "ns", "ns", "us/layer", "us",
+              "");
+  nlohmann::json configs = nlohmann::json::array();
+  int rc = 0;
+  for (const auto& shape : shapes_of(o)) {
+    std::string why;
+    auto row = run_config(o, shape, why);
+    if (!row) {
+      std::printf("%6u %5u %3u  FAILED: %s\n", shape.layers, shape.rooms, shape.cp, why.c_str());
+      rc = 1;
+      continue;
+    }
+    const double per_layer_ratio =
+        row->layer_xfer_ms > 0 ? row->tail_layer_ms / row->layer_xfer_ms : 0;
+    const double bulk_ratio = row->tail_bulk_ms > 0 ? row->tail_layer_ms / row->tail_bulk_ms : 0;
+    const double hdl_pct = row->handling.cpu_us_per_layer / o.layer_compute_us * 100;
+    std::printf("%6u %5u %3u %9.0f | %9.2f %9.2f %8.3f | %7.2f %7.3f | %8.2f %8.2f %7.2f | %7lld "
+                "%7lld | %9.1f %9.1f %6.2f\n",
+                shape.layers, shape.rooms, shape.cp, static_cast<double>(row->layer_bytes) / 1024,
+                row->tail_bulk_ms, row->tail_layer_ms, row->layer_xfer_ms, per_layer_ratio,
+                bulk_ratio, row->forward_none_ms, row->forward_layer_ms, row->slowdown_pct,
+                static_cast<long long>(row->notify_median_ns),
+                static_cast<long long>(row->notify_p99_ns), row->handling.cpu_us_per_layer,
+                row->handling.latency_us_median, hdl_pct);
+    std::fflush(stdout);
+    configs.push_back(
+        {{"layers", shape.layers},
+         {"rooms", shape.rooms},
+         {"cp", shape.cp},
+         {"tokens_per_room", shape.tokens},
+         {"kv_bytes_per_layer", row->layer_bytes},
+         {"layer_compute_ms", o.layer_compute_us / 1000.0},
+         {"tail_bulk_ms", row->tail_bulk_ms},
+         {"tail_layer_ms", row->tail_layer_ms},
+         {"layer_xfer_ms", row->layer_xfer_ms},
+         {"tail_layer_over_layer_xfer", per_layer_ratio},
+         {"tail_layer_over_tail_bulk", bulk_ratio},
+         {"forward_none_ms", row->forward_none_ms},
+         {"forward_layer_ms", row->forward_layer_ms},
+         {"forward_slowdown_pct", row->slowdown_pct},
+         {"notifier_ns_median", row->notify_median_ns},
+         {"notifier_ns_p99", row->notify_p99_ns},
+         {"handling_cpu_us_per_layer", row->handling.cpu_us_per_layer},
+         {"handling_ns_per_room_layer", row->handling.cpu_us_per_layer * 1000 / shape.rooms},
+         {"handling_pct_of_layer", hdl_pct},
+         {"handling_latency_us_median", row->handling.latency_us_median}});
+  }
+  if (!o.json_path.empty()) {
+    nlohmann::json j{{"provider", o.provider},
+                     {"repetitions", o.repetitions},
+                     {"layer_compute_us", o.layer_compute_us},
+                     {"configs", configs}};
+    std::ofstream out{o.json_path};
+    out << j.dump(2) << "\n";
+    if (!out) {
+      std::cerr << "layerstream bench tail: cannot write " << o.json_path << "\n";
+      return 1;
+    }
+  }
+  return rc;
+}
+
+} // namespace layerstream

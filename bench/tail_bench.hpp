@@ -1,0 +1,34 @@
+// `layerstream bench tail`: the exposed transfer tail of the bulk path and of
+// the per-layer path, side by side in one process on the same workload, over
+// loopback with a real libfabric provider (bench/README.md says how to read it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace layerstream {
+
+struct tail_bench_options {
+  /// Layers, concurrent rooms and CP sizes; every layers x rooms pair runs at
+  /// CP 1, and each CP > 1 runs with one room (empty: the defaults).
+  std::vector<uint32_t> layers;
+  std::vector<uint32_t> rooms;
+  std::vector<uint32_t> cp;
+  /// Interleaved repetitions per config (each: no-transfer forward, bulk, per-layer).
+  uint32_t repetitions = 5;
+  /// Simulated compute of one layer.
+  uint32_t layer_compute_us = 1000;
+  std::string provider = "tcp;ofi_rxm";
+  /// L = 32 with 1 and 16 rooms, 3 repetitions: under a minute.
+  bool quick = false;
+  std::string json_path;
+};
+
+/// Runs the benchmark and prints the table. 0: every room of every run
+/// completed bit-exactly; 1: a run failed (no numbers are reported for it);
+/// 2: bad options.
+int run_tail_bench(const tail_bench_options& opts);
+
+} // namespace layerstream
