@@ -83,4 +83,12 @@ CAF_TEST(an error keeps its code and message across the wire) {
   CAF_CHECK_EQUAL(describe(got), "out_of_region: dst 0x10 outside region 0");
 }
 
+CAF_TEST(no error is none of the codes and describes itself as ok) {
+  caf::error none;
+  CAF_CHECK(!is(none, lserr::missing_layer));
+  CAF_CHECK(!is(none, lserr::none));
+  CAF_CHECK_EQUAL(describe(none), "ok");
+  CAF_CHECK_EQUAL(message_of(none), "ok");
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
