@@ -395,6 +395,12 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
       });
   if (cfg.trace)
     init.forward->set_trace(cfg.trace, cfg.cp_rank);
+  if (!cfg.skip_notify_layers.empty()) {
+    LS_WARN("rank {}: TEST HOOK workload.skip_notify_layers: the forward never notifies {} "
+            "layers; the bulk path must send them",
+            cfg.cp_rank, cfg.skip_notify_layers.size());
+    init.forward->set_skip_notify(cfg.skip_notify_layers);
+  }
   return {
       [self](transfer_info& info) -> caf::result<kv_ready> {
         auto rp = self->make_response_promise<kv_ready>();

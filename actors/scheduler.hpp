@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "actors/manager.hpp"
 #include "actors/notifier.hpp"
@@ -56,6 +57,9 @@ struct scheduler_config {
   uint64_t pool_pages = 0;
   /// Optional timeline (demo --trace).
   std::shared_ptr<trace_recorder> trace;
+  /// TESTING ONLY (workload.skip_notify_layers): layers the forward never
+  /// notifies, so that per-layer rooms reach finish with them unreported.
+  std::vector<uint32_t> skip_notify_layers;
 };
 
 /// One request on this rank.
