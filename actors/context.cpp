@@ -22,19 +22,32 @@ void fail(self_ptr self, caf::error err) {
 }
 
 /// The verdict once nothing is outstanding: success only if every layer
-/// with owned pages was sent.
+/// with owned pages was sent. If the only problem is layers that never got a
+/// layer_end, the answer is missing_layer and lists exactly those layers, so
+/// that the scheduler can send them by the bulk path; after any other
+/// failure the list stays empty (fail closed).
 finish_result make_result(self_ptr self) {
   auto& st = self->state;
   finish_result res{st.req.room, st.failure, st.layers_sent, st.bytes};
-  if (!res.status) {
-    for (size_t i = 0; i < st.layers.size(); ++i) {
-      if (st.layers[i] != layer_phase::sent && st.layers[i] != layer_phase::empty) {
-        res.status = make_error(lserr::missing_layer,
-                                "layer " + std::to_string(i) + " never reported its end");
-        break;
-      }
+  if (res.status || st.req.plan.empty())
+    return res; // Failed, or no owned pages: a layer never reported has nothing to send.
+  std::string listed;
+  for (uint32_t i = 0; i < st.layers.size(); ++i) {
+    if (st.layers[i] == layer_phase::idle) {
+      res.unreported_layers.push_back(i);
+      listed += (listed.empty() ? "" : ", ") + std::to_string(i);
+    } else if (st.layers[i] != layer_phase::sent) {
+      // Cannot happen with nothing outstanding and no failure; fail closed, no rescue.
+      res.unreported_layers.clear();
+      res.status = make_error(lserr::missing_layer,
+                              "layer " + std::to_string(i) + " neither sent nor reported");
+      return res;
     }
   }
+  if (!res.unreported_layers.empty())
+    res.status =
+        make_error(lserr::missing_layer, std::to_string(res.unreported_layers.size()) +
+                                             " layers never reported their end: [" + listed + "]");
   return res;
 }
 

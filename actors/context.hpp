@@ -4,7 +4,11 @@
 //   layer_end{layer, event}  from the manager: ask the event for completion
 //   event_ready{layer}       from the event waiter: build blocks, submit once
 //   finish{room}             from the manager: answered with finish_result
-//                            once no layer is outstanding
+//                            once no layer is outstanding; layers with owned
+//                            pages that never got a layer_end are listed in
+//                            unreported_layers (status missing_layer) when
+//                            they are the room's only problem, so that the
+//                            scheduler can send them by the bulk path
 //   finish_deadline          to itself: outstanding layers ran out of time
 //
 // Rules: a layer is submitted at most once and only after its event

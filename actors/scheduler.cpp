@@ -114,46 +114,99 @@ void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error st
   }
 }
 
-/// Bulk path: all layers of the chunk, sent after the forward.
+/// Bulk path: `layers` of the chunk, sent after the forward (every layer for
+/// a bulk room; for a per-layer room only the layers its context never
+/// reported). The chunk settles with `base_bytes` (what the per-layer path
+/// already sent) plus the bulk bytes; any failure fails it with its reason.
 void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
-               const transfer_plan& plan, const kv_pointers& ptrs) {
+               const transfer_plan& plan, const kv_pointers& ptrs,
+               const std::vector<uint32_t>& layers, uint64_t base_bytes) {
   auto& st = self->state;
   struct progress {
-    uint32_t left = 0;
+    size_t left = 0;
     uint64_t bytes = 0;
     caf::error status;
   };
-  auto layers = static_cast<uint32_t>(ptrs.layers());
-  if (plan.empty()) {
-    chunk_settled(self, batch_id, room, caf::error{}, 0);
+  if (plan.empty() || layers.empty()) {
+    chunk_settled(self, batch_id, room, caf::error{}, base_bytes);
     return;
   }
   auto p = std::make_shared<progress>();
-  p->left = layers;
-  for (uint32_t layer = 0; layer < layers; ++layer) {
+  p->left = layers.size();
+  p->bytes = base_bytes;
+  auto trace = st.cfg.trace;
+  const auto rank = st.cfg.cp_rank;
+  // The span of one layer, submit to completion, as the context records it.
+  auto done = [self, batch_id, room, p, trace, rank](uint32_t layer, int64_t t0, caf::error status,
+                                                     uint64_t bytes) {
+    if (trace)
+      trace->span("layer " + std::to_string(layer) + (status ? " failed" : ""), "transfer", rank,
+                  room, t0, steady_ns());
+    if (status && !p->status)
+      p->status = std::move(status);
+    else if (!status)
+      p->bytes += bytes;
+    if (--p->left == 0)
+      chunk_settled(self, batch_id, room, p->status, p->bytes);
+  };
+  for (auto layer : layers) {
     submit msg{room, layer, peer, {}};
     if (auto err = append_layer_blocks(plan, ptrs, layer, msg.blocks)) {
-      p->status = std::move(err);
+      if (!p->status)
+        p->status = std::move(err);
       if (--p->left == 0)
         chunk_settled(self, batch_id, room, p->status, p->bytes);
       continue;
     }
+    auto t0 = trace ? steady_ns() : 0;
     self->request(st.transport, st.cfg.timeouts.submit, std::move(msg))
-        .then(
-            [self, batch_id, room, p](const submit_done& done) {
-              if (done.status && !p->status)
-                p->status = done.status;
-              p->bytes += done.status ? 0 : done.bytes;
-              if (--p->left == 0)
-                chunk_settled(self, batch_id, room, p->status, p->bytes);
-            },
-            [self, batch_id, room, p](caf::error& err) {
-              if (!p->status)
-                p->status = make_error(lserr::transfer_failed, "bulk submit: " + describe(err));
-              if (--p->left == 0)
-                chunk_settled(self, batch_id, room, p->status, p->bytes);
-            });
+        .then([done, layer, t0](const submit_done& res) { done(layer, t0, res.status, res.bytes); },
+              [done, layer, t0](caf::error& err) {
+                done(layer, t0,
+                     make_error(lserr::transfer_failed, "bulk submit of layer " +
+                                                            std::to_string(layer) + ": " +
+                                                            describe(err)),
+                     0);
+              });
   }
+}
+
+/// Every layer of the model, for a bulk room.
+std::vector<uint32_t> all_layers(const kv_pointers& ptrs) {
+  std::vector<uint32_t> out(ptrs.layers());
+  for (uint32_t l = 0; l < out.size(); ++l)
+    out[l] = l;
+  return out;
+}
+
+/// A per-layer room's finish answer. If it failed only because some layers
+/// never reported their end, those layers (and no other) go by the bulk path
+/// (reconcile); any other answer settles the chunk as it is.
+void on_finish_result(self_ptr self, uint64_t batch_id, room_id room,
+                      std::pair<uint64_t, uint64_t> chunk, const finish_result& res) {
+  auto& st = self->state;
+  if (!is(res.status, lserr::missing_layer) || res.unreported_layers.empty()) {
+    chunk_settled(self, batch_id, room, res.status, res.bytes);
+    return;
+  }
+  auto i = st.rooms.find(room);
+  if (i == st.rooms.end()) {
+    chunk_settled(self, batch_id, room, make_error(lserr::cancelled, "room gone"), 0);
+    return;
+  }
+  std::string listed;
+  for (auto layer : res.unreported_layers)
+    listed += (listed.empty() ? "" : ", ") + std::to_string(layer);
+  LS_WARN("rank {}: room {}: {} layers never reported, sent by the bulk path: [{}]", st.cfg.cp_rank,
+          room, res.unreported_layers.size(), listed);
+  auto& rs = i->second;
+  auto plan = chunk_plan(st, rs, chunk.first, chunk.second);
+  if (!plan) {
+    chunk_settled(self, batch_id, room, plan.error(), res.bytes);
+    return;
+  }
+  send_bulk(self, batch_id, room, rs.peer, *plan, pointers_of(st, rs), res.unreported_layers,
+            res.bytes);
 }
 
 void on_batch_done(self_ptr self, const batch_done& msg) {
@@ -180,14 +233,12 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
     auto& rs = i->second;
     if (rs.per_layer) {
       self->request(st.manager, st.cfg.timeouts.room, finish{room})
-          .then(
-              [self, batch = msg.batch, room](const finish_result& res) {
-                chunk_settled(self, batch, room, res.status, res.bytes);
-              },
-              [self, batch = msg.batch, room](caf::error& err) {
-                chunk_settled(self, batch, room,
-                              make_error(lserr::transfer_failed, "finish: " + describe(err)), 0);
-              });
+          .then([self, batch = msg.batch, room, chunk = chunks[k]](
+                    const finish_result& res) { on_finish_result(self, batch, room, chunk, res); },
+                [self, batch = msg.batch, room](caf::error& err) {
+                  chunk_settled(self, batch, room,
+                                make_error(lserr::transfer_failed, "finish: " + describe(err)), 0);
+                });
     } else {
       auto [first, last] = chunks[k];
       auto plan = chunk_plan(st, rs, first, last);
@@ -195,7 +246,7 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
       if (!plan)
         chunk_settled(self, msg.batch, room, plan.error(), 0);
       else
-        send_bulk(self, msg.batch, room, rs.peer, *plan, ptrs);
+        send_bulk(self, msg.batch, room, rs.peer, *plan, ptrs, all_layers(ptrs), 0);
     }
   }
   try_start_batch(self);
@@ -354,6 +405,12 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
       });
   if (cfg.trace)
     init.forward->set_trace(cfg.trace, cfg.cp_rank);
+  if (!cfg.skip_notify_layers.empty()) {
+    LS_WARN("rank {}: TEST HOOK workload.skip_notify_layers: the forward never notifies {} "
+            "layers; the bulk path must send them",
+            cfg.cp_rank, cfg.skip_notify_layers.size());
+    init.forward->set_skip_notify(cfg.skip_notify_layers);
+  }
   return {
       [self](transfer_info& info) -> caf::result<kv_ready> {
         auto rp = self->make_response_promise<kv_ready>();

@@ -14,7 +14,11 @@
 // sends layer_end after each layer) -> batch_done -> finish for each
 // per-layer room (manager), or the bulk send of all layers for the others
 // (the classic transfer after the forward) -> kv_ready after the last chunk.
-// A room uses exactly one path, so no layer is ever sent twice. The next
+// Reconcile: when a per-layer room's finish fails only because some layers
+// never reported their end (finish_result::unreported_layers), the bulk path
+// sends exactly those layers after the forward, and the chunk's bytes are the
+// per-layer bytes plus the bulk bytes. A layer the per-layer path sent is
+// never sent again; a failed layer fails the room closed. The next
 // batch's forward starts as soon as the previous forward ended; its transfers
 // overlap. The scheduler owns its src page allocator; pages return when the
 // room settles.
@@ -29,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "actors/manager.hpp"
 #include "actors/notifier.hpp"
@@ -54,6 +59,9 @@ struct scheduler_config {
   uint64_t pool_pages = 0;
   /// Optional timeline (demo --trace).
   std::shared_ptr<trace_recorder> trace;
+  /// TESTING ONLY (workload.skip_notify_layers): layers the forward never
+  /// notifies, so that per-layer rooms reach finish with them unreported.
+  std::vector<uint32_t> skip_notify_layers;
 };
 
 /// One request on this rank.

@@ -59,13 +59,14 @@ std::string describe(const caf::error& err) {
 }
 
 std::string message_of(const caf::error& err) {
-  if (err.category() == caf::atom("lserr") && err.context().match_elements<std::string>())
+  if (err && err.category() == caf::atom("lserr") && err.context().match_elements<std::string>())
     return err.context().get_as<std::string>(0);
   return describe(err);
 }
 
 bool is(const caf::error& err, lserr code) {
-  return err.category() == caf::atom("lserr") && err.code() == static_cast<uint8_t>(code);
+  // code() and category() require an error (CAF 0.17 dereferences without a check).
+  return err && err.category() == caf::atom("lserr") && err.code() == static_cast<uint8_t>(code);
 }
 
 } // namespace layerstream

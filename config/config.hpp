@@ -102,6 +102,12 @@ struct workload_config {
   /// completion (transport/fabric/fault_injection.hpp; seeded from `seed`).
   /// 0 (the default) in every real deployment.
   double fault_rate = 0;
+  /// TESTING ONLY (the reconcile tests, tests/equivalence_test.cpp): layers
+  /// for which the prefill forward never calls the notifier, as if their
+  /// layer_end were lost; per-layer rooms then finish with them unreported and
+  /// the scheduler sends exactly them by the bulk path. Each < model.layers.
+  /// Empty (the default) in every real deployment.
+  std::vector<uint64_t> skip_notify_layers;
 };
 
 /// [cluster]

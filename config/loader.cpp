@@ -62,8 +62,9 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("max_tokens", c.workload.max_tokens);
   v.field("seed", c.workload.seed);
   v.field("fragmentation", c.workload.fragmentation);
-  v.field("corrupt_rooms", c.workload.corrupt_rooms); // TESTING ONLY: fault injection
-  v.field("fault_rate", c.workload.fault_rate);       // TESTING ONLY: fault injection
+  v.field("corrupt_rooms", c.workload.corrupt_rooms);           // TESTING ONLY: fault injection
+  v.field("fault_rate", c.workload.fault_rate);                 // TESTING ONLY: fault injection
+  v.field("skip_notify_layers", c.workload.skip_notify_layers); // TESTING ONLY: reconcile
   v.table("cluster");
   v.field("cp_size", c.cluster.cp_size);
   v.field("token", c.cluster.token);
@@ -594,6 +595,11 @@ void check_general(const deployment_config& c, const std::string& file) {
            "must be in [0, 1], got " + format_double(w.fragmentation));
   if (!(w.fault_rate >= 0.0 && w.fault_rate <= 1.0))
     refuse(file, "workload.fault_rate", "must be in [0, 1], got " + format_double(w.fault_rate));
+  for (size_t i = 0; i < w.skip_notify_layers.size(); ++i)
+    if (w.skip_notify_layers[i] >= m.layers)
+      refuse(file, "workload.skip_notify_layers[" + std::to_string(i) + "]",
+             "must be below model.layers (" + std::to_string(m.layers) + "), got " +
+                 std::to_string(w.skip_notify_layers[i]));
 
   if (!contains(log_levels, c.log.level))
     refuse(file, "log.level",

@@ -181,20 +181,30 @@ typename Inspector::result_type inspect(Inspector& f, finish& x) {
 /// context -> manager -> scheduler, the answer to `finish`: sent once every
 /// submitted layer completed. Success only if every layer with owned pages
 /// was sent. A repeated finish gets the same answer.
+///
+/// `unreported_layers`: the layers with owned pages that never got a
+/// layer_end, in ascending order. Set only when they are the room's sole
+/// problem: `status` is then missing_layer and the scheduler may send exactly
+/// those layers by the bulk path (reconcile). After any other failure (a
+/// failed wait or submit) it stays empty and the room fails closed.
 struct finish_result {
   room_id room = 0;
   caf::error status;
   uint32_t layers_sent = 0;
   uint64_t bytes = 0;
+  // "= {}" keeps the four-field form {room, status, sent, bytes} free of
+  // -Wmissing-field-initializers.
+  std::vector<uint32_t> unreported_layers = {};
   friend bool operator==(const finish_result& a, const finish_result& b) {
     return a.room == b.room && a.status == b.status && a.layers_sent == b.layers_sent &&
-           a.bytes == b.bytes;
+           a.bytes == b.bytes && a.unreported_layers == b.unreported_layers;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish_result& x) {
-  return f(caf::meta::type_name("finish_result"), x.room, x.status, x.layers_sent, x.bytes);
+  return f(caf::meta::type_name("finish_result"), x.room, x.status, x.layers_sent, x.bytes,
+           x.unreported_layers);
 }
 
 /// context -> itself: the deadline for outstanding layers after `finish`.

@@ -1,5 +1,7 @@
 #include "model/cpu_forward.hpp"
 
+#include <algorithm>
+
 namespace layerstream {
 
 void spin_for(std::chrono::microseconds d) {
@@ -45,6 +47,11 @@ void cpu_forward::set_trace(std::shared_ptr<trace_recorder> trace, uint32_t pid)
   trace_pid_ = pid;
 }
 
+void cpu_forward::set_skip_notify(std::vector<uint32_t> layers) {
+  std::lock_guard<std::mutex> guard{mtx_}; // published like the trace
+  skip_notify_ = std::move(layers);
+}
+
 void cpu_forward::loop() {
   for (;;) {
     forward_batch batch;
@@ -73,7 +80,8 @@ void cpu_forward::execute(const forward_batch& batch) {
                         item.prompt_tokens);
     const auto written = std::chrono::steady_clock::now();
     timing.layer_written.push_back(written);
-    notify_(layer);
+    if (std::find(skip_notify_.begin(), skip_notify_.end(), layer) == skip_notify_.end())
+      notify_(layer);
     timing.notify_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now() - written)
                                    .count());

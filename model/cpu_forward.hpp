@@ -71,6 +71,12 @@ class cpu_forward {
   /// Records compute spans into `trace` as process `pid`; call before run().
   void set_trace(std::shared_ptr<trace_recorder> trace, uint32_t pid);
 
+  /// TESTING ONLY (workload.skip_notify_layers): the forward writes these
+  /// layers but never calls the notifier for them, as if their layer_end were
+  /// lost; the scheduler's reconcile must send them by the bulk path. Call
+  /// before run().
+  void set_skip_notify(std::vector<uint32_t> layers);
+
  private:
   void loop();
   void execute(const forward_batch& batch);
@@ -85,6 +91,7 @@ class cpu_forward {
   bool stopping_ = false;
   std::shared_ptr<trace_recorder> trace_;
   uint32_t trace_pid_ = 0;
+  std::vector<uint32_t> skip_notify_;
   std::thread thread_;
 };
 

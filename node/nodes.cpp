@@ -49,6 +49,9 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   scfg.cp_size = cfg.cluster.cp_size;
   scfg.pool_pages = cfg.prefill.pool_pages;
   scfg.trace = trace;
+  if (!cfg.workload.skip_notify_layers.empty()) // TESTING ONLY; validated < model.layers
+    scfg.skip_notify_layers.assign(cfg.workload.skip_notify_layers.begin(),
+                                   cfg.workload.skip_notify_layers.end());
   if (trace)
     trace->name_process(cp_rank, "prefill rank " + std::to_string(cp_rank));
   node->scheduler =

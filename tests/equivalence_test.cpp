@@ -3,11 +3,18 @@
 // pool, equal to the expected bytes, with exactly the owned bytes written.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include "common/log.hpp"
 #include "config/loader.hpp"
@@ -31,12 +38,12 @@ struct quiet_config : caf::actor_system_config {
 
 /// Runs the workload in one process (cp_size prefill ranks + a decode node)
 /// and returns the report and a copy of the decode pool.
-run_result run_once(const deployment_config& cfg) {
+run_result run_once(const deployment_config& cfg, std::shared_ptr<trace_recorder> trace = nullptr) {
   run_result out;
   quiet_config scfg;
   caf::actor_system sys{scfg};
   local_cluster cluster;
-  if (auto err = cluster.start(sys, cfg)) {
+  if (auto err = cluster.start(sys, cfg, std::move(trace))) {
     ADD_FAILURE() << describe(err);
   } else {
     out.report = run_workload(sys, cluster.decode->receiver, cfg);
@@ -59,16 +66,9 @@ void PrintTo(const shape& s, std::ostream* os) {
       << s.seed;
 }
 
-class Equivalence : public ::testing::TestWithParam<shape> {};
-
-} // namespace
-
-TEST_P(Equivalence, BulkAndPerLayerGiveTheSameDecodePoolAndExactlyTheOwnedBytes) {
-  log::set_level("warn");
-  auto loaded = load_config_string(embedded_demo_config(), "demo.toml");
-  ASSERT_TRUE(std::holds_alternative<deployment_config>(loaded));
-  auto cfg = std::get<deployment_config>(loaded);
-  auto p = GetParam();
+/// The demo config at the equivalence harness's size, for `p`.
+deployment_config harness_config(const shape& p) {
+  auto cfg = std::get<deployment_config>(load_config_string(embedded_demo_config(), "demo.toml"));
   cfg.model.layers = 6;
   cfg.model.layer_compute = std::chrono::microseconds(100);
   cfg.model.mla = p.mla;
@@ -82,6 +82,16 @@ TEST_P(Equivalence, BulkAndPerLayerGiveTheSameDecodePoolAndExactlyTheOwnedBytes)
   cfg.workload.max_tokens = 300;
   cfg.workload.seed = p.seed;
   cfg.workload.fragmentation = 0.5;
+  return cfg;
+}
+
+class Equivalence : public ::testing::TestWithParam<shape> {};
+
+} // namespace
+
+TEST_P(Equivalence, BulkAndPerLayerGiveTheSameDecodePoolAndExactlyTheOwnedBytes) {
+  log::set_level("warn");
+  auto cfg = harness_config(GetParam());
   auto err = validate_for(cfg, config_role::demo, "equivalence");
   ASSERT_FALSE(err) << err->to_string();
 
@@ -125,6 +135,119 @@ TEST(EquivalenceMixed, ShortPromptsTakeTheBulkPathInTheSameBatchesAsLongOnes) {
   ASSERT_EQ(mixed.decode_pool.size(), bulk.decode_pool.size());
   EXPECT_TRUE(
       std::memcmp(mixed.decode_pool.data(), bulk.decode_pool.data(), bulk.decode_pool.size()) == 0);
+}
+
+namespace {
+
+/// Reconcile: layers the forward never notifies (workload.skip_notify_layers)
+/// reach finish unreported and go by the bulk path, and only they.
+struct skip_shape {
+  shape base;
+  std::vector<uint64_t> skip;
+};
+
+void PrintTo(const skip_shape& s, std::ostream* os) {
+  PrintTo(s.base, os);
+  *os << ", skip";
+  for (auto l : s.skip)
+    *os << " " << l;
+}
+
+class Reconcile : public ::testing::TestWithParam<skip_shape> {};
+
+} // namespace
+
+TEST_P(Reconcile, LayersNeverReportedAreSentByTheBulkPathOnceAndTheRoomsComplete) {
+  log::set_level("error"); // the reconcile warning is expected once per room and chunk
+  auto p = GetParam();
+  auto cfg = harness_config(p.base);
+  cfg.transfer.per_layer = true;
+  auto plain = run_once(cfg);
+  cfg.workload.skip_notify_layers = p.skip;
+  auto err = validate_for(cfg, config_role::demo, "reconcile");
+  ASSERT_FALSE(err) << err->to_string();
+  auto skipped = run_once(cfg);
+
+  EXPECT_EQ(skipped.report.complete, cfg.workload.rooms);
+  EXPECT_EQ(skipped.report.failed, 0u);
+  EXPECT_TRUE(skipped.report.bit_exact);
+  // Exactly the owned bytes: a layer sent by both paths would count twice,
+  // a layer sent by neither would be missing.
+  EXPECT_EQ(skipped.report.bytes_written, skipped.report.bytes_expected)
+      << "a byte sent twice or missing";
+  for (auto& f : skipped.report.failures)
+    ADD_FAILURE() << f;
+  EXPECT_EQ(plain.report.bytes_written, plain.report.bytes_expected);
+  ASSERT_EQ(skipped.decode_pool.size(), plain.decode_pool.size());
+  EXPECT_TRUE(std::memcmp(skipped.decode_pool.data(), plain.decode_pool.data(),
+                          plain.decode_pool.size()) == 0)
+      << "decode pools differ between the per-layer run and the reconciled one";
+}
+
+INSTANTIATE_TEST_SUITE_P(Skips, Reconcile,
+                         ::testing::Values(skip_shape{{1, false, 0, 31}, {0, 3, 5}},
+                                           skip_shape{{2, false, 0, 32}, {0, 3, 5}},
+                                           skip_shape{{1, true, 0, 33}, {0, 3, 5}},
+                                           skip_shape{{2, true, 0, 34}, {2}},
+                                           skip_shape{{2, false, 64, 35}, {0, 3, 5}},
+                                           skip_shape{{1, true, 48, 36}, {5}},
+                                           skip_shape{{2, false, 32, 37}, {0, 1, 2, 3, 4, 5}}),
+                         [](const ::testing::TestParamInfo<skip_shape>& param_info) {
+                           const auto& p = param_info.param;
+                           std::string name = "cp" + std::to_string(p.base.cp) +
+                                              (p.base.mla ? "_mla" : "_kv") + "_chunk" +
+                                              std::to_string(p.base.chunk_tokens) + "_skip";
+                           for (auto l : p.skip)
+                             name += std::to_string(l);
+                           return name;
+                         });
+
+namespace {
+
+/// Per room (the trace's tid on prefill rank 0): how many "layer L" transfer
+/// spans each layer has.
+std::map<uint64_t, std::map<std::string, int>> transfer_spans(const trace_recorder& trace,
+                                                              const std::string& file) {
+  std::map<uint64_t, std::map<std::string, int>> out;
+  auto path = ::testing::TempDir() + file;
+  EXPECT_TRUE(trace.write(path));
+  std::ifstream in{path};
+  auto doc = nlohmann::json::parse(in);
+  for (auto& ev : doc.at("traceEvents"))
+    if (ev.value("cat", "") == "transfer" && ev.at("ph") == "X" && ev.at("pid") == 0)
+      ++out[ev.at("tid").get<uint64_t>()][ev.at("name").get<std::string>()];
+  std::remove(path.c_str());
+  return out;
+}
+
+} // namespace
+
+TEST(EquivalenceTrace, EveryPathRecordsOneTransferSpanPerLayerOfEachRoom) {
+  log::set_level("error");
+  auto cfg = harness_config(shape{1, false, 0, 41});
+  cfg.workload.rooms = 4;
+  struct mode {
+    const char* name;
+    bool per_layer;
+    std::vector<uint64_t> skip;
+  };
+  for (const auto& m : {mode{"per-layer", true, {}}, mode{"bulk", false, {}},
+                        mode{"reconciled", true, {0, 2, 5}}}) {
+    SCOPED_TRACE(m.name);
+    cfg.transfer.per_layer = m.per_layer;
+    cfg.workload.skip_notify_layers = m.skip;
+    auto trace = std::make_shared<trace_recorder>();
+    auto r = run_once(cfg, trace);
+    ASSERT_EQ(r.report.complete, cfg.workload.rooms);
+    auto spans = transfer_spans(*trace, std::string{"trace_"} + m.name + ".json");
+    EXPECT_EQ(spans.size(), cfg.workload.rooms) << "rooms with transfer spans";
+    for (auto& [room, layers] : spans) {
+      EXPECT_EQ(layers.size(), cfg.model.layers)
+          << "room " << room << ": " << layers.size() << " distinct span names";
+      for (uint32_t l = 0; l < cfg.model.layers; ++l)
+        EXPECT_EQ(layers["layer " + std::to_string(l)], 1) << "room " << room << ", layer " << l;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Equivalence,

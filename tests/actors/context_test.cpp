@@ -69,9 +69,74 @@ CAF_TEST(a layer is submitted at most once) {
   // And the layer is counted once.
   self->request(ctx, caf::infinite, finish{7});
   expect((finish), from(self).to(ctx));
-  // Layer 0 never ended: a room with a missing layer must not report success.
-  expect((finish_result), from(ctx).to(self).with(finish_result{
-                              7, make_error(lserr::missing_layer, ""), 1, expected_bytes(req, 1)}));
+  // Layer 0 never ended: a room with a missing layer must not report success,
+  // and it names the layer for the bulk path.
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{7, make_error(lserr::missing_layer, ""), 1,
+                                               expected_bytes(req, 1), std::vector<uint32_t>{0}}));
+}
+
+CAF_TEST(finish lists exactly the layers that never reported their end) {
+  auto req = make_request(10, 3, 5);
+  auto ctx = spawn_context(req);
+  // Layers 1 and 3 end and are sent; 0, 2 and 4 (first, middle, last) never end.
+  auto ev1 = end_layer(ctx, 1);
+  complete_and_send(ctx, *ev1, req, 1);
+  auto ev3 = end_layer(ctx, 3);
+  complete_and_send(ctx, *ev3, req, 3);
+  self->request(ctx, caf::infinite, finish{10});
+  expect((finish), from(self).to(ctx));
+  auto want = finish_result{10, make_error(lserr::missing_layer, ""), 2,
+                            expected_bytes(req, 1) + expected_bytes(req, 3),
+                            std::vector<uint32_t>{0, 2, 4}};
+  expect((finish_result), from(ctx).to(self).with(want));
+  // The context itself sends nothing for them, and a repeated finish agrees.
+  CAF_CHECK_EQUAL(script->received.size(), 2u);
+  self->request(ctx, caf::infinite, finish{10});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result), from(ctx).to(self).with(want));
+}
+
+CAF_TEST(a failed layer fails finish closed even with layers never reported) {
+  script->fail.insert({11, 1});
+  auto req = make_request(11, 2, 4);
+  auto ctx = spawn_context(req);
+  auto ev0 = end_layer(ctx, 0);
+  complete_and_send(ctx, *ev0, req, 0);
+  auto ev1 = end_layer(ctx, 1);
+  complete_and_send(ctx, *ev1, req, 1); // answered with the scripted failure
+  // Layers 2 and 3 never end: no list, so no bulk rescue of a failed room.
+  self->request(ctx, caf::infinite, finish{11});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{11, make_error(lserr::transfer_failed, ""), 1,
+                                               expected_bytes(req, 0), std::vector<uint32_t>{}}));
+}
+
+CAF_TEST(a failed event wait fails finish closed even with layers never reported) {
+  auto req = make_request(12, 2, 3);
+  auto ctx = spawn_context(req);
+  auto ev1 = end_layer(ctx, 1);
+  ev1->signal(make_error(lserr::event_failed, "sticky device error"));
+  expect((event_ready), from(_).to(ctx));
+  disallow((submit), from(ctx).to(transport));
+  self->request(ctx, caf::infinite, finish{12});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{12, make_error(lserr::event_failed, ""), 0, 0,
+                                               std::vector<uint32_t>{}}));
+}
+
+CAF_TEST(a room with no owned pages succeeds with layers never reported) {
+  auto req = make_request(13, 0, 3);
+  CAF_REQUIRE(req.plan.empty());
+  auto ctx = spawn_context(req);
+  auto ev = end_layer(ctx, 1);
+  // Layers 0 and 2 never end, but there is nothing of this room to send.
+  self->request(ctx, caf::infinite, finish{13});
+  expect((finish), from(self).to(ctx));
+  expect((finish_result), from(ctx).to(self).with(finish_result{13, caf::error{}, 0, 0}));
+  CAF_CHECK(script->received.empty());
 }
 
 CAF_TEST(a room with no owned pages skips every layer and succeeds) {

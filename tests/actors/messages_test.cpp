@@ -56,6 +56,7 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(submit_done{5, 2, caf::error{}, 12345});
   round_trip(finish{5});
   round_trip(finish_result{5, make_error(lserr::timeout, "late"), 2, 99});
+  round_trip(finish_result{5, make_error(lserr::missing_layer, "2 layers"), 1, 98, {0, 3}});
   round_trip(finish_deadline{});
   round_trip(transfer_info{42, 1000, some_peer(), {9, 8, 7}, {1, 2}, {3, 4}, {64, 64, 32, 32}, 2});
   round_trip(kv_ready{42, 1, make_error(lserr::peer_lost, "rank 1 lost"), 7});
@@ -82,6 +83,14 @@ CAF_TEST(an error keeps its code and message across the wire) {
   auto got = copy.get_as<kv_ready>(0).status;
   CAF_CHECK(is(got, lserr::out_of_region));
   CAF_CHECK_EQUAL(describe(got), "out_of_region: dst 0x10 outside region 0");
+}
+
+CAF_TEST(no error is none of the codes and describes itself as ok) {
+  caf::error none;
+  CAF_CHECK(!is(none, lserr::missing_layer));
+  CAF_CHECK(!is(none, lserr::none));
+  CAF_CHECK_EQUAL(describe(none), "ok");
+  CAF_CHECK_EQUAL(message_of(none), "ok");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -433,6 +433,15 @@ TEST(ConfigLoader, FragmentationOutsideZeroToOneIsRefused) {
   expect_refused("[workload]\nfragmentation = nan\n", "workload.fragmentation", "got nan");
 }
 
+TEST(ConfigLoader, SkipNotifyLayersAreReadAndEachMustBeBelowTheLayerCount) {
+  EXPECT_TRUE(parse_ok("").workload.skip_notify_layers.empty());
+  EXPECT_EQ(parse_ok("[model]\nlayers = 6\n[workload]\nskip_notify_layers = [0, 5]\n")
+                .workload.skip_notify_layers,
+            (std::vector<uint64_t>{0, 5}));
+  expect_refused("[model]\nlayers = 6\n[workload]\nskip_notify_layers = [0, 6]\n",
+                 "workload.skip_notify_layers[1]", "must be below model.layers (6), got 6");
+}
+
 TEST(ConfigLoader, ZeroCpSizeIsRefused) {
   expect_refused("[cluster]\ncp_size = 0\n", "cluster.cp_size", "must be in 1..64, got 0");
 }
