@@ -151,38 +151,57 @@ std::optional<run_sample> run_once(caf::actor_system& sys, local_cluster& c,
   return s;
 }
 
-/// The same forward (rank 0's share of the same rooms, same KV writes and
-/// compute) with no notifier and no transfer at all: the slowdown baseline.
-std::optional<double> forward_alone_ms(kv_pool& pool, const deployment_config& cfg) {
+/// The same forward with no notifier and no transfer at all: every CP rank's
+/// forward thread at once (same rooms, KV writes and compute as in the
+/// cluster runs), one pool per rank. The slowdown baseline (the slowest rank).
+std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<kv_pool>>& pools,
+                                       const deployment_config& cfg) {
   const auto& w = cfg.workload;
   const uint64_t ps = cfg.model.page_size;
   const uint64_t pages = (w.max_tokens + ps - 1) / ps;
-  auto owned = owned_positions(pages, cfg.cluster.cp_size, 0);
-  if (!owned)
+  const auto ranks = static_cast<uint32_t>(pools.size());
+  std::vector<forward_batch> batches(ranks);
+  for (uint32_t rank = 0; rank < ranks; ++rank) {
+    auto owned = owned_positions(pages, ranks, rank);
+    if (!owned)
+      return std::nullopt;
+    batches[rank].id = 1;
+    for (uint32_t r = 0; r < w.rooms; ++r) {
+      forward_item item{r + 1, std::vector<uint64_t>(pages, 0), owned->begin * ps,
+                        std::min(owned->end * ps, w.max_tokens), w.max_tokens};
+      for (uint64_t k = owned->begin; k < owned->end; ++k)
+        item.pages[k] = r * pages + k;
+      if (item.first_token < item.last_token)
+        batches[rank].items.push_back(std::move(item));
+    }
+  }
+  std::vector<std::promise<double>> done(ranks);
+  std::vector<std::future<double>> took;
+  std::vector<std::unique_ptr<cpu_forward>> forwards;
+  for (uint32_t rank = 0; rank < ranks; ++rank) {
+    took.push_back(done[rank].get_future());
+    forwards.push_back(std::make_unique<cpu_forward>(
+        *pools[rank], cfg.model.layer_compute, [](uint32_t) {},
+        [&done, rank](uint64_t, forward_timing t) {
+          done[rank].set_value(std::chrono::duration<double, std::milli>(t.end - t.start).count());
+        }));
+  }
+  // Started together, as the ranks' batches start together in the cluster runs.
+  for (uint32_t rank = 0; rank < ranks; ++rank)
+    forwards[rank]->run(std::move(batches[rank]));
+  double slowest = 0;
+  bool all = true;
+  for (auto& t : took) {
+    if (t.wait_for(60s) != std::future_status::ready) {
+      all = false;
+      break;
+    }
+    slowest = std::max(slowest, t.get());
+  }
+  forwards.clear(); // joins the threads (a running batch ends first)
+  if (!all)
     return std::nullopt;
-  forward_batch batch;
-  batch.id = 1;
-  for (uint32_t r = 0; r < w.rooms; ++r) {
-    forward_item item{r + 1, std::vector<uint64_t>(pages, 0), owned->begin * ps,
-                      std::min(owned->end * ps, w.max_tokens), w.max_tokens};
-    for (uint64_t k = owned->begin; k < owned->end; ++k)
-      item.pages[k] = r * pages + k;
-    if (item.first_token < item.last_token)
-      batch.items.push_back(std::move(item));
-  }
-  std::promise<double> done;
-  auto took = done.get_future();
-  {
-    cpu_forward fwd{pool, cfg.model.layer_compute, [](uint32_t) {},
-                    [&done](uint64_t, forward_timing t) {
-                      done.set_value(
-                          std::chrono::duration<double, std::milli>(t.end - t.start).count());
-                    }};
-    fwd.run(std::move(batch));
-    if (took.wait_for(60s) != std::future_status::ready)
-      return std::nullopt; // the destructor still joins the thread
-  }
-  return took.get();
+  return slowest;
 }
 
 /// CPU time of this process and of the calling thread, ns.
@@ -327,11 +346,24 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
   row.layer_bytes = bulk_cfg->workload.rooms *
                     ((shape.tokens + bulk_cfg->model.page_size - 1) / bulk_cfg->model.page_size) *
                     bulk_cfg->model.item_len() * 2;
-  auto alone_pool = kv_pool::create(bulk_cfg->model, bulk_cfg->prefill.pool_pages);
+  // First, while no fabric thread runs: only the actors' handling is on the CPU.
+  auto handling = measure_handling(sys, *layer_cfg, why);
+  if (!handling) {
+    why = "handling: " + why;
+    return std::nullopt;
+  }
+  std::vector<std::unique_ptr<kv_pool>> alone_pools;
+  bool ok = true;
+  for (uint32_t rank = 0; ok && rank < shape.cp; ++rank) {
+    auto pool = kv_pool::create(bulk_cfg->model, bulk_cfg->prefill.pool_pages);
+    if (!pool) {
+      why = describe(pool.error());
+      ok = false;
+    } else {
+      alone_pools.push_back(std::move(*pool));
+    }
+  }
   local_cluster bulk, layer;
-  bool ok = static_cast<bool>(alone_pool);
-  if (!ok)
-    why = describe(alone_pool.error());
   if (ok)
     if (auto err = bulk.start(sys, *bulk_cfg)) {
       why = "bulk cluster: " + describe(err);
@@ -351,7 +383,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
     for (int k = 0; ok && k < 3; ++k) {
       const int which = (k + std::max(rep, 0)) % 3;
       if (which == 0) {
-        auto ms = forward_alone_ms(**alone_pool, *bulk_cfg);
+        auto ms = forward_alone_ms(alone_pools, *bulk_cfg);
         if (!ms) {
           why = "the no-transfer forward did not end";
           ok = false;
@@ -375,13 +407,6 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
         }
       }
     }
-  }
-  std::optional<handling_sample> handling;
-  if (ok) {
-    handling = measure_handling(sys, *layer_cfg, why);
-    ok = handling.has_value();
-    if (!ok)
-      why = "handling: " + why;
   }
   // Both clusters' actors stop before the one wait for all actors of `sys`
   // (local_cluster::stop waits for every actor, so it cannot go one by one).

@@ -1,0 +1,40 @@
+# `layerstream bench tail --quick --json F`: exit 0 (every run of both paths
+# complete and bit-exact), and the JSON holds the documented keys for every
+# config, including L = 32 with 1 room, with tails that are real measurements.
+# Run as: cmake -DLAYERSTREAM=<binary> -DOUT=<file> -P tail_quick.cmake
+execute_process(COMMAND ${LAYERSTREAM} bench tail --quick --json ${OUT}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "bench tail --quick exited with ${rc}")
+endif()
+file(READ ${OUT} json)
+string(JSON n LENGTH "${json}" configs)
+if(n LESS 1)
+  message(FATAL_ERROR "no configs in ${OUT}")
+endif()
+set(found_l32_r1 FALSE)
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  foreach(key layers rooms cp tail_bulk_ms tail_layer_ms layer_xfer_ms forward_slowdown_pct
+              notifier_ns_median)
+    string(JSON v ERROR_VARIABLE e GET "${json}" configs ${i} ${key})
+    if(e)
+      message(FATAL_ERROR "config ${i}: key ${key}: ${e}")
+    endif()
+  endforeach()
+  string(JSON layers GET "${json}" configs ${i} layers)
+  string(JSON rooms GET "${json}" configs ${i} rooms)
+  string(JSON bulk GET "${json}" configs ${i} tail_bulk_ms)
+  string(JSON layer GET "${json}" configs ${i} tail_layer_ms)
+  # The bulk tail is the whole transfer after the forward: never zero.
+  if(bulk LESS_EQUAL 0 OR layer LESS 0)
+    message(FATAL_ERROR "config ${i}: tail_bulk_ms ${bulk}, tail_layer_ms ${layer}")
+  endif()
+  if(layers EQUAL 32 AND rooms EQUAL 1)
+    set(found_l32_r1 TRUE)
+  endif()
+endforeach()
+if(NOT found_l32_r1)
+  message(FATAL_ERROR "--quick must include L = 32 with 1 room")
+endif()
