@@ -430,7 +430,14 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
         }
         try_start_batch(self);
       },
-      [self](const stats_query&) { return self->state.stats; },
+      [self](const stats_query&) {
+        auto& st = self->state;
+        auto out = st.stats;
+        out.rooms_open = st.rooms.size();
+        out.pages_free = st.pages->free_pages();
+        out.pages_total = st.pool->pages();
+        return out;
+      },
   };
 }
 

@@ -245,6 +245,7 @@ int run_soak(const soak_options& opts) {
   const uint64_t warmup = std::max<uint64_t>(rounds / 10, 1);
   uint64_t complete = 0, failed = 0, unreasoned = 0, not_exact = 0, lost = 0;
   uint64_t rss_warm = 0;
+  size_t actors_warm = 0;
   std::vector<std::string> samples;
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t seed = cfg->workload.seed;
@@ -264,21 +265,34 @@ int run_soak(const soak_options& opts) {
       if (samples.size() < 3)
         samples.push_back(f);
     }
-    if (round + 1 == warmup)
+    if (round + 1 == warmup) {
       rss_warm = rss_bytes();
+      actors_warm = sys.registry().running();
+    }
   }
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t rss_end = rss_bytes();
-  uint64_t prefill_settled = 0;
+  uint64_t prefill_settled = 0, rooms_held = 0, pages_held = 0;
+  // Contexts live only while their room does: the same actors run now as
+  // after the warm-up (the scoped actor below is not counted yet).
+  // A stopped context may take a moment to be gone: bounded wait.
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+       sys.registry().running() > actors_warm && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const size_t actors_end = sys.registry().running();
   {
     // Scoped: the actor system waits for this actor too in cluster.stop().
     caf::scoped_actor self{sys};
     for (auto& p : cluster.prefill)
       self->request(p->scheduler, std::chrono::seconds(5), stats_query{})
           .receive(
-              [&](scheduler_stats& s) { prefill_settled += s.rooms_complete + s.rooms_failed; },
-              [](caf::error&) {});
+              [&](scheduler_stats& s) {
+                prefill_settled += s.rooms_complete + s.rooms_failed;
+                rooms_held += s.rooms_open;
+                pages_held += s.pages_total - s.pages_free;
+              },
+              [&](caf::error&) { ++rooms_held; });
   }
   cluster.stop(sys);
   const double growth_mb = (static_cast<double>(rss_end) - static_cast<double>(rss_warm)) / 1e6;
@@ -289,10 +303,14 @@ int run_soak(const soak_options& opts) {
             << "  RSS after warm-up (" << warmup * batch << " rooms) " << rss_warm / 1000000.0
             << " MB, at the end " << rss_end / 1000000.0 << " MB, growth " << growth_mb
             << " MB (limit " << opts.max_rss_growth_mb << ")\n";
+  std::cout << "  held at the end: " << rooms_held << " rooms and " << pages_held
+            << " src pages on the prefill ranks; " << actors_end << " actors running (after "
+            << "the warm-up: " << actors_warm << ")\n";
   for (auto& s : samples)
     std::cout << "  e.g. failed: " << s << "\n";
   const bool ok = complete + failed == opts.rooms && lost == 0 && unreasoned == 0 &&
                   not_exact == 0 && prefill_settled == opts.rooms * cfg->cluster.cp_size &&
+                  rooms_held == 0 && pages_held == 0 && actors_end <= actors_warm &&
                   (opts.max_rss_growth_mb < 0 || growth_mb <= opts.max_rss_growth_mb);
   return ok ? 0 : 1;
 }

@@ -375,17 +375,23 @@ struct scheduler_stats {
   /// (the first notify_samples_max only).
   std::vector<int64_t> notify_ns;
   static constexpr size_t notify_samples_max = size_t{1} << 20;
+  /// Now: rooms this rank still holds, and its free and total src pages
+  /// (a settled room holds nothing: the leak checks of the soak).
+  uint64_t rooms_open = 0;
+  uint64_t pages_free = 0;
+  uint64_t pages_total = 0;
   friend bool operator==(const scheduler_stats& a, const scheduler_stats& b) {
     return a.rooms_complete == b.rooms_complete && a.rooms_failed == b.rooms_failed &&
            a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns &&
-           a.notify_ns == b.notify_ns;
+           a.notify_ns == b.notify_ns && a.rooms_open == b.rooms_open &&
+           a.pages_free == b.pages_free && a.pages_total == b.pages_total;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return f(caf::meta::type_name("scheduler_stats"), x.rooms_complete, x.rooms_failed, x.bytes,
-           x.forward_ns, x.tail_ns, x.notify_ns);
+           x.forward_ns, x.tail_ns, x.notify_ns, x.rooms_open, x.pages_free, x.pages_total);
 }
 
 // -- receiver (decode rank) --------------------------------------------------

@@ -63,7 +63,7 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(batch_done{3, -1, 1ll << 62, {120, 95}});
   round_trip(hold_forward{16, 7, caf::timespan{std::chrono::seconds(10)}});
   round_trip(stats_query{});
-  round_trip(scheduler_stats{1, 2, 3, {4, 5}, {6}, {7, 8}});
+  round_trip(scheduler_stats{1, 2, 3, {4, 5}, {6}, {7, 8}, 9, 10, 11});
   round_trip(open_room{1, 2});
   round_trip(room_result{1, make_error(lserr::bad_input, "bytes differ"), 3, true, 4, 5});
   round_trip(close_room{1});
