@@ -350,7 +350,11 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
     (*node)->stop();
   };
-  auto port = sys.middleman().publish(gate, cfg->prefill.port, cfg->prefill.host.c_str());
+  // SO_REUSEADDR: a rank restarted after a crash must get its configured port
+  // back at once, although its predecessor's connections still hold it in
+  // TIME_WAIT for up to 60 s (tests/cluster/crash.sh). A port another process
+  // listens on is still refused.
+  auto port = sys.middleman().publish(gate, cfg->prefill.port, cfg->prefill.host.c_str(), true);
   if (!port) {
     std::cerr << "layerstream prefill: cannot publish on " << cfg->prefill.host << ":"
               << cfg->prefill.port << ": " << sys.render(port.error()) << "\n";

@@ -163,3 +163,54 @@ tail_of() {
   grep -o "rank $1: .*exposed tail (median) [0-9.e+-]* ms" "$TMP/prefill-$1.log" | tail -n 1 |
     sed -E 's/.*exposed tail \(median\) ([0-9.e+-]*) ms/\1/'
 }
+
+# ---- rate-limited links (rate.sh, bench_hosts.sh) -----------------------------
+# matched_rate: the tbf rate, in whole mbit, at which one layer of one forward
+# batch crosses the decode host's link in one layer's compute time. That link
+# is the narrowest point: every rank's slice of every room lands there, so one
+# layer of a batch is, over all ranks,
+#   MAX_BATCH rooms x pages(MAX_TOKENS) x page_size x HEADS x 64 x 2 B (bf16) x 2 (K and V; MLA: 1)
+# bytes, and bits / COMPUTE_US = Mbit/s. (Rooms of MAX_TOKENS tokens; TCP/IP
+# and ofi_rxm headers add a few percent, so a layer takes slightly longer.)
+matched_rate() {
+  local buffers=2 pages=$(((MAX_TOKENS + 15) / 16))
+  [ "$MLA" = true ] && buffers=1
+  echo "$(((MAX_BATCH * pages * 16 * HEADS * 64 * 2 * buffers * 8 + COMPUTE_US / 2) / COMPUTE_US))mbit"
+}
+
+# tail_run NAME: one cluster run (configs, ranks, decode, SIGTERM) of the
+# current settings; fails unless every room completes bit-exactly. Sets
+# RUN_TAIL (the slowest rank's median exposed tail, ms: a room is done when
+# its last rank is) and RUN_TAILS (every rank's), from the ranks' stats lines.
+tail_run() {
+  local name=$1 t r x
+  write_cluster_configs
+  start_cluster_prefills
+  t=$(now)
+  start_cluster_decode "$name"
+  wait_exit "$DECODE_PID" 60
+  log "$name: decode exit $EXIT_CODE after $(since "$t") s"
+  [ "$EXIT_CODE" -eq 0 ] || fail "$name: decode exited $EXIT_CODE, expected 0"
+  json_check "$TMP/$name.json" "$ALL_EXACT and r['cp'] == $CP" ||
+    fail "$name: not every room complete and bit-exact"
+  stop_cluster_prefills
+  RUN_TAIL=0
+  RUN_TAILS=()
+  for ((r = 0; r < CP; r++)); do
+    x=$(tail_of "$r")
+    [ -n "$x" ] || { fail "$name: rank $r printed no exposed tail at exit"; x=0; }
+    RUN_TAILS[$r]=$x
+    le "$x" "$RUN_TAIL" || RUN_TAIL=$x
+  done
+  log "$name: exposed tail (median per batch) per rank: ${RUN_TAILS[*]} ms"
+  cp "$TMP/$name.log" "$TMP/$name.kept" # lib.sh prints *.log tails on failure only
+}
+
+# tail_figures LAYER_MS BULK_MS: "T/L Z ms, ratios ..." as bench tail defines
+# them: T = the bulk tail (the whole transfer starts at the forward's end),
+# T/L its share per layer, tail_layer/(T/L) and tail_layer/tail_bulk.
+tail_figures() {
+  awk -v l="$1" -v b="$2" -v n="$LAYERS" 'BEGIN {
+    tl = b / n
+    printf "T/L %.2f ms, ratios tail_layer/(T/L) %.2f, tail_layer/tail_bulk %.3f", tl, (tl > 0 ? l / tl : 0), (b > 0 ? l / b : 0) }'
+}
