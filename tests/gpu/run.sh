@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# GPU checks in one go, for a machine with a CUDA device and nvcc:
+#   1. builds the plain tree with CUDA required (build-gpu/, -DLAYERSTREAM_CUDA=ON),
+#   2. runs the GPU tests (ctest -L gpu: event pool, completion, the kernel-fault
+#      failure, kernel bytes == kv_pattern, staging == device bytes),
+#   3. the equivalence part that exists on GPU (GpuKvPool: CPU model and
+#      kernel pools byte-identical; KvExport: staged layers == CPU bytes),
+#   4. `layerstream bench tail --quick` -- on the CPU model: the GPU forward
+#      is not wired into the scheduler yet,
+# and prints a short table last. Exits 77 (skip) without a device.
+# Usage: tests/gpu/run.sh [build-dir]   (about 2-4 minutes on 16 cores)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build-gpu}
+export PATH=/usr/local/cuda/bin:$PATH
+
+if ! command -v nvcc >/dev/null; then
+  echo "SKIP: nvcc not found (PATH, /usr/local/cuda/bin)"; exit 77
+fi
+if ! (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU); then
+  echo "SKIP: no CUDA device (nvidia-smi -L lists none)"; exit 77
+fi
+nvidia-smi -L
+
+jobs=$(nproc)
+declare -a rows
+row() { rows+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
+
+t0=$(date +%s)
+if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERSTREAM_CUDA=ON >"$BUILD.configure.log" 2>&1 &&
+   cmake --build "$BUILD" -j"$jobs" --target gpu_test gpu_fault_test event_waiter_test layerstream \
+     >"$BUILD.build.log" 2>&1; then
+  row "build (CUDA on)" ok "$(( $(date +%s) - t0 )) s"
+else
+  row "build (CUDA on)" FAIL "see $BUILD.configure.log / $BUILD.build.log"
+  tail -30 "$BUILD.build.log" 2>/dev/null
+  printf '%s\n' "${rows[@]}"; exit 1
+fi
+
+status=0
+run_ctest() { # name, ctest args...
+  local name=$1; shift
+  local log="$BUILD/$(echo "$name" | tr ' /' '__').log"
+  (cd "$BUILD" && timeout 240 ctest --output-on-failure -j4 "$@") >"$log" 2>&1
+  local rc=$?
+  local summary; summary=$(grep -E "tests passed|No tests" "$log" | tail -1)
+  local skipped; skipped=$(grep -c "Skipped" "$log")
+  if [ $rc -eq 0 ] && [ "$skipped" -eq 0 ]; then row "$name" ok "$summary"
+  else row "$name" FAIL "$summary, $skipped skipped (log: $log)"; status=1; tail -40 "$log"; fi
+}
+run_ctest "gpu tests (label gpu)" -L gpu
+run_ctest "event waiter (CPU logic)" -R '^EventWaiterTest'
+run_ctest "equivalence on GPU (pools)" -R '^gpu\.(GpuKvPool|GpuKvKernelFormula|KvExport)'
+
+t1=$(date +%s)
+if timeout 240 "$BUILD/layerstream" bench tail --quick --json "$BUILD/bench_tail_gpu.json" \
+     >"$BUILD/bench_tail.log" 2>&1; then
+  row "bench tail --quick (CPU model)" ok "$(( $(date +%s) - t1 )) s, $BUILD/bench_tail_gpu.json"
+else
+  row "bench tail --quick (CPU model)" FAIL "see $BUILD/bench_tail.log"; status=1
+fi
+
+echo
+echo "== tests/gpu/run.sh ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+printf '%s\n' "${rows[@]}"
+exit $status
