@@ -120,6 +120,30 @@ caf::error check_connect(const std::string& host, network_scope scope, const net
   return caf::none;
 }
 
+caf::error check_fabric_address(const std::vector<uint8_t>& name, network_scope scope,
+                                const netns_paths& paths) {
+  sa_family_t family = 0;
+  if (name.size() < sizeof(family))
+    return caf::none;
+  std::memcpy(&family, name.data(), sizeof(family));
+  char text[INET6_ADDRSTRLEN] = {};
+  if (family == AF_INET && name.size() == sizeof(sockaddr_in)) {
+    sockaddr_in sa{};
+    std::memcpy(&sa, name.data(), sizeof(sa));
+    inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
+  } else if (family == AF_INET6 && name.size() == sizeof(sockaddr_in6)) {
+    sockaddr_in6 sa{};
+    std::memcpy(&sa, name.data(), sizeof(sa));
+    inet_ntop(AF_INET6, &sa.sin6_addr, text, sizeof(text));
+  } else {
+    return caf::none;
+  }
+  if (auto err = check_connect(text, scope, paths))
+    return make_error(lserr::bad_input,
+                      "fabric peer at " + std::string{text} + ": " + message_of(err));
+  return caf::none;
+}
+
 caf::error check_bind(const std::string& host, network_scope scope, const netns_paths& paths) {
   if (auto err = check_local_address(host))
     return err;

@@ -16,7 +16,9 @@
 // A server binds only to one of this host's own addresses in either scope.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/error.hpp"
 
@@ -43,6 +45,14 @@ caf::expected<std::string> current_test_host(const netns_paths& paths = {});
 /// May this process connect to `host` (an IP literal or "localhost")?
 caf::error check_connect(const std::string& host, network_scope scope,
                          const netns_paths& paths = {});
+
+/// May this process write to the fabric endpoint named `name` (fi_getname
+/// bytes from a peer's transfer_info)? An IP provider's name (tcp, net,
+/// sockets) is a sockaddr_in or sockaddr_in6: its address must pass
+/// check_connect. Any other name (shm: a local region's name) is local by
+/// construction and passes.
+caf::error check_fabric_address(const std::vector<uint8_t>& name, network_scope scope,
+                                const netns_paths& paths = {});
 
 /// May this process bind to `host`? It must be one of its own addresses, and
 /// outside loopback in scope `test` only inside a test host.

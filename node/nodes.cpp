@@ -23,6 +23,8 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   tcfg.fabric.bind_address = cfg.fabric.bind_address;
   tcfg.regions.push_back({node->pool->base(), node->pool->bytes()});
   tcfg.write_timeout = cfg.timeouts.submit;
+  tcfg.scope =
+      cfg.cluster.network == "deployment" ? network_scope::deployment : network_scope::test;
   if (cfg.workload.fault_rate > 0) {
     LS_WARN("prefill rank {}: TEST HOOK workload.fault_rate = {}: write completions are turned "
             "into CQ errors at random",

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 
@@ -87,6 +88,46 @@ TEST(NetGuard, AnAddressBehindARouterIsRefused) {
     EXPECT_TRUE(mentions(check_connect(host, network_scope::test, ns.inside_host),
                          "would leave the machine"));
   }
+}
+
+/// fi_getname bytes of an IP provider (tcp, net, sockets) at `ip`:`port`.
+std::vector<uint8_t> sockaddr_name(const char* ip, uint16_t port) {
+  std::vector<uint8_t> out;
+  if (std::strchr(ip, ':') == nullptr) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, ip, &sa.sin_addr);
+    out.resize(sizeof(sa));
+    std::memcpy(out.data(), &sa, sizeof(sa));
+  } else {
+    sockaddr_in6 sa{};
+    sa.sin6_family = AF_INET6;
+    sa.sin6_port = htons(port);
+    inet_pton(AF_INET6, ip, &sa.sin6_addr);
+    out.resize(sizeof(sa));
+    std::memcpy(out.data(), &sa, sizeof(sa));
+  }
+  return out;
+}
+
+TEST(NetGuard, APeersFabricAddressIsCheckedLikeAConnection) {
+  fake_namespaces ns;
+  // Loopback fabric peers pass in scope test, even from the root namespace.
+  EXPECT_FALSE(
+      check_fabric_address(sockaddr_name("127.0.0.1", 5000), network_scope::test, ns.in_root));
+  EXPECT_FALSE(check_fabric_address(sockaddr_name("::1", 5000), network_scope::test, ns.in_root));
+  // An address off the machine, as a decode's transfer_info could carry it, is refused.
+  for (auto host : {"198.51.100.77", "8.8.8.8", "2001:db8::1"}) {
+    auto err = check_fabric_address(sockaddr_name(host, 5000), network_scope::test, ns.inside_host);
+    EXPECT_TRUE(mentions(err, "fabric peer at")) << host << ": " << describe(err);
+  }
+  // A deployment trusts its peers.
+  EXPECT_FALSE(check_fabric_address(sockaddr_name("198.51.100.77", 5000), network_scope::deployment,
+                                    ns.in_root));
+  // shm names a local region (a string): nothing to check.
+  const std::string shm = "fi_shm://12345";
+  EXPECT_FALSE(check_fabric_address({shm.begin(), shm.end()}, network_scope::test, ns.in_root));
 }
 
 TEST(NetGuard, ABindAddressMustBelongToThisHost) {

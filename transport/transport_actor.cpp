@@ -47,6 +47,7 @@ struct pending_submit {
 struct transport_state {
   const char* name = "transport";
   std::unique_ptr<fabric::engine> engine;
+  network_scope scope = network_scope::test;
   std::unordered_map<uint64_t, pending_submit> pending;
   uint64_t next_job = 1;
 
@@ -66,11 +67,13 @@ struct transport_state {
 /// copied around; the engine has one owner).
 struct engine_handoff {
   std::unique_ptr<fabric::engine> engine;
+  network_scope scope = network_scope::test;
 };
 
 transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<transport_state> self,
                                             std::shared_ptr<engine_handoff> handoff) {
   self->state.engine = std::move(handoff->engine);
+  self->state.scope = handoff->scope;
   return {
       [=](connect_peer& msg) -> caf::result<peer_id> {
         auto& eng = *self->state.engine;
@@ -78,6 +81,10 @@ transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<tra
           return make_error(lserr::bad_input, "connect_peer: peer uses provider \"" +
                                                   msg.peer.provider + "\", this transport \"" +
                                                   eng.provider() + "\"");
+        // A peer's address comes from the control plane: checked like any
+        // other connection before the first write goes there.
+        if (auto err = check_fabric_address(msg.peer.address, self->state.scope))
+          return err;
         std::vector<fabric::remote_range> regions;
         regions.reserve(msg.peer.regions.size());
         for (const auto& r : msg.peer.regions)
@@ -136,6 +143,7 @@ caf::expected<transport_actor> spawn_transport(caf::actor_system& sys, transport
     return std::move(eng.error());
   auto handoff = std::make_shared<engine_handoff>();
   handoff->engine = std::move(*eng);
+  handoff->scope = cfg.scope;
   auto hdl = sys.spawn(transport_fun, handoff);
   {
     std::lock_guard<std::mutex> guard{route->mutex};

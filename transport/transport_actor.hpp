@@ -37,6 +37,7 @@
 #include <caf/actor_system.hpp>
 
 #include "common/error.hpp"
+#include "common/net_guard.hpp"
 #include "messages/messages.hpp"
 #include "transport/fabric/engine.hpp"
 #include "transport/transport_protocol.hpp"
@@ -61,6 +62,9 @@ struct transport_config {
   /// TESTING ONLY (tests, `bench soak`): turns chosen write completions into
   /// CQ error completions; null in every real deployment.
   std::shared_ptr<fabric::fault_injector> faults;
+  /// Where this process may write (common/net_guard.hpp): every peer's
+  /// fabric address is checked at connect_peer, before any write.
+  network_scope scope = network_scope::test;
 };
 
 /// Opens the endpoint, registers `cfg.regions`, starts the worker and spawns
