@@ -225,6 +225,29 @@ struct handling_sample {
   double latency_us_median = 0; // layer_end to the last room's submit of that layer
 };
 
+/// Per layer: submits seen and when the last one arrived.
+struct tally {
+  std::vector<std::atomic<uint32_t>> seen;
+  std::vector<std::atomic<int64_t>> last_ns;
+  explicit tally(size_t n) : seen(n), last_ns(n) {}
+};
+
+/// Stands in for the transport: answers each submit at once, counting it.
+/// (A spawn argument, not a capture: CAF 0.17's spawn of a function without
+/// arguments dereferences a null tuple, which UBSan reports.)
+submit_sink::behavior_type answering_sink(submit_sink::pointer, std::shared_ptr<tally> t) {
+  return {[t](submit& s) -> submit_done {
+    uint64_t bytes = 0;
+    for (auto& b : s.blocks)
+      bytes += b.len;
+    if (s.layer < t->seen.size()) {
+      t->last_ns[s.layer].store(steady_ns());
+      t->seen[s.layer].fetch_add(1);
+    }
+    return submit_done{s.room, s.layer, caf::error{}, bytes};
+  }};
+}
+
 std::optional<handling_sample> measure_handling(caf::actor_system& sys,
                                                 const deployment_config& cfg, std::string& why) {
   const uint32_t rooms = cfg.workload.rooms, layers = cfg.model.layers;
@@ -235,25 +258,8 @@ std::optional<handling_sample> measure_handling(caf::actor_system& sys,
     why = describe(pool.error());
     return std::nullopt;
   }
-  // Per layer: submits seen and when the last one arrived.
-  struct tally {
-    std::vector<std::atomic<uint32_t>> seen;
-    std::vector<std::atomic<int64_t>> last_ns;
-    explicit tally(size_t n) : seen(n), last_ns(n) {}
-  };
   auto t = std::make_shared<tally>(layers);
-  auto sink = sys.spawn([t](submit_sink::pointer) -> submit_sink::behavior_type {
-    return {[t](submit& s) -> submit_done {
-      uint64_t bytes = 0;
-      for (auto& b : s.blocks)
-        bytes += b.len;
-      if (s.layer < t->seen.size()) {
-        t->last_ns[s.layer].store(steady_ns());
-        t->seen[s.layer].fetch_add(1);
-      }
-      return submit_done{s.room, s.layer, caf::error{}, bytes};
-    }};
-  });
+  auto sink = sys.spawn(answering_sink, t);
   manager_config mcfg;
   auto manager = sys.spawn(manager_impl, sink, mcfg);
   setup batch;
