@@ -11,23 +11,12 @@
 #include "cuda_skip.hpp"
 #include "device/host_event.hpp"
 #include "test_kernels.hpp"
+#include "wait_for_event.hpp"
 
 using namespace layerstream;
 using namespace std::chrono_literals;
 
-namespace {
-
-/// Waits up to 10 s for `ev`; the outcome, or a timeout error.
-caf::error wait_for(const event_ptr& ev) {
-  auto done = std::make_shared<std::promise<caf::error>>();
-  auto fut = done->get_future();
-  ev->on_complete([done](const caf::error& err) { done->set_value(err); });
-  if (fut.wait_for(10s) != std::future_status::ready)
-    return make_error(lserr::timeout, "event did not complete in 10 s");
-  return fut.get();
-}
-
-} // namespace
+using test::wait_for;
 
 TEST(CudaEventSource, EventsComeFromThePoolAndGoBackToIt) {
   SKIP_WITHOUT_CUDA();

@@ -13,22 +13,12 @@
 #include "device/cuda_event.hpp"
 #include "model/gpu_kv_pool.hpp"
 #include "model/kv_pool.hpp"
+#include "wait_for_event.hpp"
 
 using namespace layerstream;
 using namespace std::chrono_literals;
 
-namespace {
-
-caf::error wait_for(const event_ptr& ev) {
-  auto done = std::make_shared<std::promise<caf::error>>();
-  auto fut = done->get_future();
-  ev->on_complete([done](const caf::error& err) { done->set_value(err); });
-  if (fut.wait_for(10s) != std::future_status::ready)
-    return make_error(lserr::timeout, "event did not complete in 10 s");
-  return fut.get();
-}
-
-} // namespace
+using test::wait_for;
 
 TEST(KvExport, StagedBytesEqualTheDeviceBytesLayerByLayer) {
   SKIP_WITHOUT_CUDA();
