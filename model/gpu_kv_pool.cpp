@@ -50,25 +50,9 @@ gpu_page_table& gpu_page_table::operator=(gpu_page_table&& other) noexcept {
 
 caf::expected<std::unique_ptr<gpu_kv_pool>> gpu_kv_pool::create(const model_config& model,
                                                                 uint64_t pages) {
-  if (model.layers == 0 || model.kv_heads == 0 || model.head_dim == 0 || model.dtype_bytes == 0 ||
-      model.page_size == 0 || pages == 0)
-    return make_error(lserr::bad_input, "gpu kv pool: every model dimension and the page count "
-                                        "must be at least 1");
-  if (model.mla && model.kv_heads != 1)
-    return make_error(lserr::bad_input, "gpu kv pool: MLA has one KV head (model.kv_heads = 1)");
   std::unique_ptr<gpu_kv_pool> pool{new gpu_kv_pool};
-  pool->layers_ = model.layers;
-  pool->mla_ = model.mla;
-  pool->pages_ = pages;
-  pool->page_size_ = model.page_size;
-  pool->row_len_ = uint64_t{model.kv_heads} * model.head_dim * model.dtype_bytes;
-  pool->item_len_ = pool->row_len_ * model.page_size;
-  uint64_t buffers = uint64_t{model.layers} * pool->buffers();
-  if (__builtin_mul_overflow(pool->item_len_, pages, &pool->buffer_bytes_) ||
-      __builtin_mul_overflow(pool->buffer_bytes_, buffers, &pool->bytes_) ||
-      pool->bytes_ > (uint64_t{1} << 40))
-    return make_error(lserr::bad_input, "gpu kv pool: " + std::to_string(pages) +
-                                            " pages of this geometry exceed 1 TiB");
+  if (auto err = pool->init(model, pages, "gpu kv pool"))
+    return err;
   void* mem = nullptr;
   CUDA_RETURN_IF_ERROR(lserr::bad_input, cudaMalloc(&mem, pool->bytes_));
   pool->base_ = static_cast<uint8_t*>(mem);
@@ -79,29 +63,6 @@ caf::expected<std::unique_ptr<gpu_kv_pool>> gpu_kv_pool::create(const model_conf
 gpu_kv_pool::~gpu_kv_pool() {
   if (base_ != nullptr)
     cudaFree(base_);
-}
-
-uint8_t* gpu_kv_pool::page_ptr(uint32_t layer, uint32_t buffer, uint64_t page) const {
-  return base_ + (uint64_t{buffer} * layers_ + layer) * buffer_bytes_ + page * item_len_;
-}
-
-std::vector<uint64_t> gpu_kv_pool::k_ptrs() const {
-  std::vector<uint64_t> out;
-  for (uint32_t l = 0; l < layers_; ++l)
-    out.push_back(reinterpret_cast<uint64_t>(page_ptr(l, 0, 0)));
-  return out;
-}
-
-std::vector<uint64_t> gpu_kv_pool::v_ptrs() const {
-  std::vector<uint64_t> out;
-  if (!mla_)
-    for (uint32_t l = 0; l < layers_; ++l)
-      out.push_back(reinterpret_cast<uint64_t>(page_ptr(l, 1, 0)));
-  return out;
-}
-
-std::vector<uint64_t> gpu_kv_pool::item_lens() const {
-  return std::vector<uint64_t>(uint64_t{layers_} * buffers(), item_len_);
 }
 
 caf::error gpu_kv_pool::write_layer(uint64_t room, uint32_t layer, const gpu_page_table& pages,

@@ -25,6 +25,7 @@
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "device/event.hpp"
+#include "model/kv_pool.hpp"
 
 namespace layerstream {
 
@@ -49,31 +50,13 @@ class gpu_page_table {
   uint64_t* device_ = nullptr;
 };
 
-class gpu_kv_pool {
+class gpu_kv_pool : public kv_layout {
  public:
   static caf::expected<std::unique_ptr<gpu_kv_pool>> create(const model_config& model,
                                                             uint64_t pages);
   ~gpu_kv_pool();
   gpu_kv_pool(const gpu_kv_pool&) = delete;
   gpu_kv_pool& operator=(const gpu_kv_pool&) = delete;
-
-  uint32_t layers() const { return layers_; }
-  bool mla() const { return mla_; }
-  uint64_t pages() const { return pages_; }
-  uint64_t item_len() const { return item_len_; }
-  uint64_t row_len() const { return row_len_; }
-  uint32_t page_size() const { return page_size_; }
-  uint32_t buffers() const { return mla_ ? 1 : 2; }
-  uint64_t buffer_bytes() const { return buffer_bytes_; }
-
-  /// Device address of the whole pool and its size.
-  uint8_t* base() const { return base_; }
-  uint64_t bytes() const { return bytes_; }
-
-  uint8_t* page_ptr(uint32_t layer, uint32_t buffer, uint64_t page) const;
-  std::vector<uint64_t> k_ptrs() const;
-  std::vector<uint64_t> v_ptrs() const;
-  std::vector<uint64_t> item_lens() const;
 
   /// Enqueues on `stream` the write of `layer` for tokens [first, last) of
   /// `room` (kv_pool::write_layer's contract, zeroed tail included). Never
@@ -87,15 +70,6 @@ class gpu_kv_pool {
 
  private:
   gpu_kv_pool() = default;
-  uint32_t layers_ = 0;
-  bool mla_ = false;
-  uint64_t pages_ = 0;
-  uint64_t item_len_ = 0;
-  uint64_t row_len_ = 0;
-  uint32_t page_size_ = 0;
-  uint64_t buffer_bytes_ = 0;
-  uint64_t bytes_ = 0;
-  uint8_t* base_ = nullptr;
 };
 
 } // namespace layerstream

@@ -56,26 +56,54 @@ bool kv_pattern::check_row(uint64_t room, uint32_t layer, uint32_t buffer, uint6
   return true;
 }
 
-caf::expected<std::unique_ptr<kv_pool>> kv_pool::create(const model_config& model, uint64_t pages) {
+caf::error kv_layout::init(const model_config& model, uint64_t pages, const std::string& pool) {
   if (model.layers == 0 || model.kv_heads == 0 || model.head_dim == 0 || model.dtype_bytes == 0 ||
       model.page_size == 0 || pages == 0)
-    return make_error(lserr::bad_input, "kv pool: every model dimension and the page count "
-                                        "must be at least 1");
+    return make_error(lserr::bad_input, pool + ": every model dimension and the page count "
+                                               "must be at least 1");
   if (model.mla && model.kv_heads != 1)
-    return make_error(lserr::bad_input, "kv pool: MLA has one KV head (model.kv_heads = 1)");
-  std::unique_ptr<kv_pool> pool{new kv_pool};
-  pool->layers_ = model.layers;
-  pool->mla_ = model.mla;
-  pool->pages_ = pages;
-  pool->page_size_ = model.page_size;
-  pool->row_len_ = uint64_t{model.kv_heads} * model.head_dim * model.dtype_bytes;
-  pool->item_len_ = pool->row_len_ * model.page_size;
-  uint64_t buffers = uint64_t{model.layers} * pool->buffers();
-  if (__builtin_mul_overflow(pool->item_len_, pages, &pool->buffer_bytes_) ||
-      __builtin_mul_overflow(pool->buffer_bytes_, buffers, &pool->bytes_) ||
-      pool->bytes_ > (uint64_t{1} << 40))
+    return make_error(lserr::bad_input, pool + ": MLA has one KV head (model.kv_heads = 1)");
+  layers_ = model.layers;
+  mla_ = model.mla;
+  pages_ = pages;
+  page_size_ = model.page_size;
+  row_len_ = uint64_t{model.kv_heads} * model.head_dim * model.dtype_bytes;
+  item_len_ = row_len_ * model.page_size;
+  uint64_t buffers = uint64_t{model.layers} * this->buffers();
+  if (__builtin_mul_overflow(item_len_, pages, &buffer_bytes_) ||
+      __builtin_mul_overflow(buffer_bytes_, buffers, &bytes_) || bytes_ > (uint64_t{1} << 40))
     return make_error(lserr::bad_input,
-                      "kv pool: " + std::to_string(pages) + " pages of this geometry exceed 1 TiB");
+                      pool + ": " + std::to_string(pages) + " pages of this geometry exceed 1 TiB");
+  return caf::none;
+}
+
+uint8_t* kv_layout::page_ptr(uint32_t layer, uint32_t buffer, uint64_t page) const {
+  return base_ + (uint64_t{buffer} * layers_ + layer) * buffer_bytes_ + page * item_len_;
+}
+
+std::vector<uint64_t> kv_layout::k_ptrs() const {
+  std::vector<uint64_t> out;
+  for (uint32_t l = 0; l < layers_; ++l)
+    out.push_back(reinterpret_cast<uint64_t>(page_ptr(l, 0, 0)));
+  return out;
+}
+
+std::vector<uint64_t> kv_layout::v_ptrs() const {
+  std::vector<uint64_t> out;
+  if (!mla_)
+    for (uint32_t l = 0; l < layers_; ++l)
+      out.push_back(reinterpret_cast<uint64_t>(page_ptr(l, 1, 0)));
+  return out;
+}
+
+std::vector<uint64_t> kv_layout::item_lens() const {
+  return std::vector<uint64_t>(uint64_t{layers_} * buffers(), item_len_);
+}
+
+caf::expected<std::unique_ptr<kv_pool>> kv_pool::create(const model_config& model, uint64_t pages) {
+  std::unique_ptr<kv_pool> pool{new kv_pool};
+  if (auto err = pool->init(model, pages, "kv pool"))
+    return err;
   void* mem =
       mmap(nullptr, pool->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED)
@@ -88,29 +116,6 @@ caf::expected<std::unique_ptr<kv_pool>> kv_pool::create(const model_config& mode
 kv_pool::~kv_pool() {
   if (base_ != nullptr)
     munmap(base_, bytes_);
-}
-
-uint8_t* kv_pool::page_ptr(uint32_t layer, uint32_t buffer, uint64_t page) const {
-  return base_ + (uint64_t{buffer} * layers_ + layer) * buffer_bytes_ + page * item_len_;
-}
-
-std::vector<uint64_t> kv_pool::k_ptrs() const {
-  std::vector<uint64_t> out;
-  for (uint32_t l = 0; l < layers_; ++l)
-    out.push_back(reinterpret_cast<uint64_t>(page_ptr(l, 0, 0)));
-  return out;
-}
-
-std::vector<uint64_t> kv_pool::v_ptrs() const {
-  std::vector<uint64_t> out;
-  if (!mla_)
-    for (uint32_t l = 0; l < layers_; ++l)
-      out.push_back(reinterpret_cast<uint64_t>(page_ptr(l, 1, 0)));
-  return out;
-}
-
-std::vector<uint64_t> kv_pool::item_lens() const {
-  return std::vector<uint64_t>(uint64_t{layers_} * buffers(), item_len_);
 }
 
 void kv_pool::write_layer(uint64_t room, uint32_t layer, const std::vector<uint64_t>& pages,

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/error.hpp"
@@ -35,14 +36,12 @@ struct kv_pattern {
                         const uint8_t* row, uint64_t len);
 };
 
-class kv_pool {
+/// Where each page of each layer's buffer lies in one pool allocation,
+/// [buffer][layer][page] of item_len bytes: the geometry, the pointer lists
+/// transfer_info carries, and the checks, shared by the host pool here and
+/// the device pool (model/gpu_kv_pool.hpp).
+class kv_layout {
  public:
-  /// Allocates and zeroes `pages` pages per buffer for `model`'s geometry.
-  static caf::expected<std::unique_ptr<kv_pool>> create(const model_config& model, uint64_t pages);
-  ~kv_pool();
-  kv_pool(const kv_pool&) = delete;
-  kv_pool& operator=(const kv_pool&) = delete;
-
   uint32_t layers() const { return layers_; }
   bool mla() const { return mla_; }
   uint64_t pages() const { return pages_; }
@@ -51,7 +50,9 @@ class kv_pool {
   uint32_t page_size() const { return page_size_; }
   /// 1 for MLA, 2 for K/V.
   uint32_t buffers() const { return mla_ ? 1 : 2; }
+  uint64_t buffer_bytes() const { return buffer_bytes_; }
 
+  /// The whole pool (host or device memory) and its size.
   uint8_t* base() const { return base_; }
   uint64_t bytes() const { return bytes_; }
 
@@ -62,6 +63,30 @@ class kv_pool {
   std::vector<uint64_t> k_ptrs() const;
   std::vector<uint64_t> v_ptrs() const;
   std::vector<uint64_t> item_lens() const;
+
+ protected:
+  /// Checks `model`'s geometry and sets every size for `pages` pages (at
+  /// most 1 TiB in all); `pool` names the pool in the error.
+  caf::error init(const model_config& model, uint64_t pages, const std::string& pool);
+
+  uint32_t layers_ = 0;
+  bool mla_ = false;
+  uint64_t pages_ = 0;
+  uint64_t item_len_ = 0;
+  uint64_t row_len_ = 0;
+  uint32_t page_size_ = 0;
+  uint64_t buffer_bytes_ = 0;
+  uint64_t bytes_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+class kv_pool : public kv_layout {
+ public:
+  /// Allocates and zeroes `pages` pages per buffer for `model`'s geometry.
+  static caf::expected<std::unique_ptr<kv_pool>> create(const model_config& model, uint64_t pages);
+  ~kv_pool();
+  kv_pool(const kv_pool&) = delete;
+  kv_pool& operator=(const kv_pool&) = delete;
 
   /// The simulated model's write of one layer for `tokens` [first, last) of
   /// `room`, whose request pages are `pages` (page i holds tokens
@@ -78,15 +103,6 @@ class kv_pool {
 
  private:
   kv_pool() = default;
-  uint32_t layers_ = 0;
-  bool mla_ = false;
-  uint64_t pages_ = 0;
-  uint64_t item_len_ = 0;
-  uint64_t row_len_ = 0;
-  uint32_t page_size_ = 0;
-  uint64_t buffer_bytes_ = 0;
-  uint64_t bytes_ = 0;
-  uint8_t* base_ = nullptr;
 };
 
 /// Hands out pool pages. `fragmentation` (0..1) is the chance that a
