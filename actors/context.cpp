@@ -1,5 +1,8 @@
 #include "actors/context.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include <caf/send.hpp>
 
 #include "common/log.hpp"
@@ -10,14 +13,13 @@ namespace {
 
 using self_ptr = context_actor::stateful_pointer<context_state>;
 
-/// Records the first failure; later ones only log.
-void fail(self_ptr self, caf::error err) {
-  auto& st = self->state;
-  if (!st.failure) {
-    LS_WARN("room {}: failed: {}", st.req.room, describe(err));
-    st.failure = std::move(err);
+/// Records the room's first failure; later ones only log.
+void fail(room_pipeline& rp, caf::error err) {
+  if (!rp.failure) {
+    LS_WARN("room {}: failed: {}", rp.req.room, describe(err));
+    rp.failure = std::move(err);
   } else {
-    LS_DEBUG("room {}: further failure ignored: {}", st.req.room, describe(err));
+    LS_DEBUG("room {}: further failure ignored: {}", rp.req.room, describe(err));
   }
 }
 
@@ -26,17 +28,16 @@ void fail(self_ptr self, caf::error err) {
 /// layer_end, the answer is missing_layer and lists exactly those layers, so
 /// that the scheduler can send them by the bulk path; after any other
 /// failure the list stays empty (fail closed).
-finish_result make_result(self_ptr self) {
-  auto& st = self->state;
-  finish_result res{st.req.room, st.failure, st.layers_sent, st.bytes};
-  if (res.status || st.req.plan.empty())
+finish_result make_result(const room_pipeline& rp) {
+  finish_result res{rp.req.room, rp.failure, rp.layers_sent, rp.bytes};
+  if (res.status || rp.req.plan.empty())
     return res; // Failed, or no owned pages: a layer never reported has nothing to send.
   std::string listed;
-  for (uint32_t i = 0; i < st.layers.size(); ++i) {
-    if (st.layers[i] == layer_phase::idle) {
+  for (uint32_t i = 0; i < rp.layers.size(); ++i) {
+    if (rp.layers[i] == layer_phase::idle) {
       res.unreported_layers.push_back(i);
       listed += (listed.empty() ? "" : ", ") + std::to_string(i);
-    } else if (st.layers[i] != layer_phase::sent) {
+    } else if (rp.layers[i] != layer_phase::sent) {
       // Cannot happen with nothing outstanding and no failure; fail closed, no rescue.
       res.unreported_layers.clear();
       res.status = make_error(lserr::missing_layer,
@@ -51,160 +52,252 @@ finish_result make_result(self_ptr self) {
   return res;
 }
 
-/// Answers every waiting finish once nothing is outstanding.
-void try_answer(self_ptr self) {
-  auto& st = self->state;
-  if (st.finish_waiters.empty() || st.outstanding > 0)
+/// Answers every waiting finish of the room once nothing is outstanding.
+void try_answer(room_pipeline& rp) {
+  if (rp.finish_waiters.empty() || rp.outstanding > 0)
     return;
-  if (!st.result)
-    st.result = make_result(self);
-  for (auto& rp : st.finish_waiters)
-    rp.deliver(*st.result);
-  st.finish_waiters.clear();
+  if (!rp.result)
+    rp.result = make_result(rp);
+  for (auto& waiter : rp.finish_waiters)
+    waiter.deliver(*rp.result);
+  rp.finish_waiters.clear();
 }
 
-void on_submit_done(self_ptr self, uint32_t layer, caf::error status, uint64_t bytes) {
+void on_submit_done(self_ptr self, size_t idx, uint32_t layer, caf::error status, uint64_t bytes) {
   auto& st = self->state;
-  if (st.layers[layer] != layer_phase::submitted)
+  auto& rp = st.rooms[idx];
+  if (layer >= rp.layers.size() || rp.layers[layer] != layer_phase::submitted)
     return; // Already settled by the finish deadline.
   if (st.cfg.trace)
     st.cfg.trace->span("layer " + std::to_string(layer) + (status ? " failed" : ""), "transfer",
-                       st.cfg.rank, st.req.room, st.submitted_ns[layer], steady_ns());
-  --st.outstanding;
+                       st.cfg.rank, rp.req.room, rp.submitted_ns[layer], steady_ns());
+  --rp.outstanding;
   if (status) {
-    st.layers[layer] = layer_phase::failed;
-    fail(self, std::move(status));
+    rp.layers[layer] = layer_phase::failed;
+    fail(rp, std::move(status));
   } else {
-    st.layers[layer] = layer_phase::sent;
-    ++st.layers_sent;
-    st.bytes += bytes;
+    rp.layers[layer] = layer_phase::sent;
+    ++rp.layers_sent;
+    rp.bytes += bytes;
   }
-  try_answer(self);
+  try_answer(rp);
+}
+
+/// One decode peer's share of a layer: the rooms and their blocks.
+struct peer_group {
+  peer_id peer = 0;
+  std::vector<size_t> rooms; // indices into context_state::rooms
+  submit_batch msg;
+};
+
+/// Sends one group: a plain submit for a single room, else one submit_batch.
+void send_group(self_ptr self, uint32_t layer, peer_group& g) {
+  auto& st = self->state;
+  auto transfer_error = [layer](const caf::error& request_err) {
+    return make_error(lserr::transfer_failed,
+                      "submit of layer " + std::to_string(layer) + ": " + describe(request_err));
+  };
+  if (g.rooms.size() == 1) {
+    auto idx = g.rooms.front();
+    submit one{g.msg.rooms.front().room, layer, g.peer, std::move(g.msg.rooms.front().blocks)};
+    self->request(st.transport, st.cfg.submit_timeout, std::move(one))
+        .then(
+            [self, idx, layer](const submit_done& done) {
+              handler_clock busy{self->state.cfg.handler_cpu};
+              on_submit_done(self, idx, layer, done.status, done.bytes);
+            },
+            [self, idx, layer, transfer_error](caf::error& err) {
+              on_submit_done(self, idx, layer, transfer_error(err), 0);
+            });
+    return;
+  }
+  // Both handlers need the room indices: shared, not copied.
+  auto rooms = std::make_shared<const std::vector<size_t>>(std::move(g.rooms));
+  self->request(st.transport, st.cfg.submit_timeout, std::move(g.msg))
+      .then(
+          [self, rooms, layer](const submit_batch_done& done) {
+            handler_clock busy{self->state.cfg.handler_cpu};
+            // Answers come in request order; a short answer leaves no room
+            // outstanding forever: the missing ones fail.
+            for (size_t k = 0; k < rooms->size(); ++k) {
+              const auto idx = (*rooms)[k];
+              const auto room = self->state.rooms[idx].req.room;
+              if (k < done.rooms.size() && done.rooms[k].room == room)
+                on_submit_done(self, idx, layer, done.rooms[k].status, done.rooms[k].bytes);
+              else
+                on_submit_done(self, idx, layer,
+                               make_error(lserr::transfer_failed,
+                                          "submit of layer " + std::to_string(layer) +
+                                              ": the transport's answer has no entry for room " +
+                                              std::to_string(room)),
+                               0);
+            }
+          },
+          [self, rooms, layer, transfer_error](caf::error& err) {
+            for (auto idx : *rooms)
+              on_submit_done(self, idx, layer, transfer_error(err), 0);
+          });
 }
 
 void on_event_ready(self_ptr self, const event_ready& msg) {
   auto& st = self->state;
-  if (msg.layer >= st.layers.size() || st.layers[msg.layer] != layer_phase::waiting_event)
-    return; // Duplicate or late (after the finish deadline): nothing to do.
-  auto layer = msg.layer;
-  --st.outstanding;
-  if (st.cfg.trace) {
-    st.cfg.trace->instant("event_ready " + std::to_string(layer), "event", st.cfg.rank, st.req.room,
-                          steady_ns());
-    st.submitted_ns[layer] = steady_ns();
-  }
-  if (msg.status) {
-    st.layers[layer] = layer_phase::failed;
-    fail(self, msg.status);
-  } else if (st.failure) {
-    st.layers[layer] = layer_phase::cancelled;
-  } else {
-    submit req{st.req.room, layer, st.req.peer, {}};
-    if (auto err = append_layer_blocks(st.req.plan, st.req.ptrs, layer, req.blocks)) {
-      st.layers[layer] = layer_phase::failed;
-      fail(self, std::move(err));
+  const auto layer = msg.layer;
+  std::vector<peer_group> groups; // almost always one: a batch goes to one decode
+  for (size_t idx = 0; idx < st.rooms.size(); ++idx) {
+    auto& rp = st.rooms[idx];
+    if (layer >= rp.layers.size() || rp.layers[layer] != layer_phase::waiting_event)
+      continue; // Duplicate or late (after the finish deadline): nothing to do.
+    --rp.outstanding;
+    if (st.cfg.trace) {
+      st.cfg.trace->instant("event_ready " + std::to_string(layer), "event", st.cfg.rank,
+                            rp.req.room, steady_ns());
+      rp.submitted_ns[layer] = steady_ns();
+    }
+    if (msg.status) {
+      rp.layers[layer] = layer_phase::failed;
+      fail(rp, msg.status);
+    } else if (rp.failure) {
+      rp.layers[layer] = layer_phase::cancelled;
     } else {
-      st.layers[layer] = layer_phase::submitted;
-      ++st.outstanding;
-      self->request(st.transport, st.cfg.submit_timeout, std::move(req))
-          .then(
-              [self, layer](const submit_done& done) {
-                on_submit_done(self, layer, done.status, done.bytes);
-              },
-              [self, layer](caf::error& request_err) {
-                on_submit_done(self, layer,
-                               make_error(lserr::transfer_failed, "submit of layer " +
-                                                                      std::to_string(layer) + ": " +
-                                                                      describe(request_err)),
-                               0);
-              });
+      auto g = std::find_if(groups.begin(), groups.end(),
+                            [&](const peer_group& x) { return x.peer == rp.req.peer; });
+      if (g == groups.end()) {
+        groups.push_back(peer_group{rp.req.peer, {}, submit_batch{layer, rp.req.peer, {}}});
+        g = std::prev(groups.end());
+        g->rooms.reserve(st.rooms.size() - idx);
+        g->msg.rooms.reserve(st.rooms.size() - idx);
+      }
+      // Built in place: one allocation per room (its blocks), none to move.
+      auto& part = g->msg.rooms.emplace_back(room_blocks{rp.req.room, {}});
+      if (auto err = append_layer_blocks(rp.req.plan, rp.req.ptrs, layer, part.blocks)) {
+        g->msg.rooms.pop_back();
+        rp.layers[layer] = layer_phase::failed;
+        fail(rp, std::move(err));
+      } else {
+        rp.layers[layer] = layer_phase::submitted;
+        ++rp.outstanding;
+        g->rooms.push_back(idx);
+      }
+    }
+    try_answer(rp);
+  }
+  for (auto& g : groups)
+    if (!g.rooms.empty())
+      send_group(self, layer, g);
+}
+
+void on_layer_end(self_ptr self, const layer_end& msg) {
+  auto& st = self->state;
+  bool wait = false;
+  for (auto& rp : st.rooms) {
+    if (msg.layer >= rp.layers.size()) {
+      fail(rp, make_error(lserr::bad_layer, "layer_end for layer " + std::to_string(msg.layer) +
+                                                " of " + std::to_string(rp.layers.size())));
+      continue;
+    }
+    auto& phase = rp.layers[msg.layer];
+    if (phase != layer_phase::idle)
+      continue; // Idempotent: a layer is handled once.
+    if (rp.req.plan.empty()) {
+      phase = layer_phase::empty;
+    } else if (rp.failure) {
+      phase = layer_phase::cancelled;
+    } else if (!msg.event) {
+      phase = layer_phase::failed;
+      fail(rp, make_error(lserr::event_failed,
+                          "layer_end for layer " + std::to_string(msg.layer) + " has no event"));
+    } else {
+      phase = layer_phase::waiting_event;
+      ++rp.outstanding;
+      wait = true;
     }
   }
-  try_answer(self);
+  if (!wait)
+    return;
+  // One wait for the whole batch. The callback may run on any thread; it
+  // only sends a message.
+  auto me = caf::actor_cast<context_actor>(self);
+  auto layer = msg.layer;
+  msg.event->on_complete([me, layer](const caf::error& status) {
+    caf::anon_send(me, event_ready{layer, status});
+  });
+}
+
+caf::result<finish_result> on_finish(self_ptr self, const finish& msg) {
+  auto& st = self->state;
+  auto i = st.index_of.find(msg.room);
+  if (i == st.index_of.end())
+    return finish_result{
+        msg.room,
+        make_error(lserr::unknown_room,
+                   "finish: room " + std::to_string(msg.room) + " is not in this context's batch"),
+        0, 0};
+  auto& rp = st.rooms[i->second];
+  if (rp.result)
+    return *rp.result;
+  auto promise = self->make_response_promise<finish_result>();
+  rp.finish_waiters.push_back(promise);
+  if (rp.outstanding > 0 && !rp.deadline_armed) {
+    rp.deadline_armed = true;
+    self->delayed_send(self, st.cfg.finish_timeout, finish_deadline{msg.room});
+  }
+  try_answer(rp);
+  return promise;
+}
+
+void on_finish_deadline(self_ptr self, const finish_deadline& msg) {
+  auto& st = self->state;
+  auto i = st.index_of.find(msg.room);
+  if (i == st.index_of.end())
+    return;
+  auto& rp = st.rooms[i->second];
+  if (rp.outstanding == 0)
+    return;
+  std::string stuck;
+  for (size_t l = 0; l < rp.layers.size(); ++l) {
+    auto& phase = rp.layers[l];
+    if (phase == layer_phase::waiting_event || phase == layer_phase::submitted) {
+      stuck += (stuck.empty() ? "" : ", ") + std::to_string(l) +
+               (phase == layer_phase::waiting_event ? " (event)" : " (submit)");
+      phase = layer_phase::failed;
+    }
+  }
+  rp.outstanding = 0;
+  fail(rp, make_error(lserr::timeout, "layers still outstanding at the finish deadline: " + stuck));
+  try_answer(rp);
 }
 
 } // namespace
 
 context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,
-                                          request_transfer req, submit_sink transport,
-                                          context_config cfg) {
+                                          std::vector<request_transfer> batch,
+                                          submit_sink transport, context_config cfg) {
   auto& init = self->state;
-  init.layers.assign(req.ptrs.layers(), layer_phase::idle);
-  init.req = std::move(req);
   init.transport = std::move(transport);
   init.cfg = cfg;
-  if (cfg.trace)
-    init.submitted_ns.assign(init.layers.size(), 0);
-  if (auto err = validate(init.req.ptrs))
-    fail(self, std::move(err));
+  init.rooms.reserve(batch.size());
+  for (auto& req : batch) {
+    room_pipeline rp;
+    rp.layers.assign(req.ptrs.layers(), layer_phase::idle);
+    rp.req = std::move(req);
+    if (cfg.trace)
+      rp.submitted_ns.assign(rp.layers.size(), 0);
+    if (auto err = validate(rp.req.ptrs))
+      fail(rp, std::move(err));
+    init.index_of.emplace(rp.req.room, init.rooms.size());
+    init.rooms.push_back(std::move(rp));
+  }
   return {
       [self](const layer_end& msg) {
-        auto& st = self->state;
-        if (msg.layer >= st.layers.size()) {
-          fail(self,
-               make_error(lserr::bad_layer, "layer_end for layer " + std::to_string(msg.layer) +
-                                                " of " + std::to_string(st.layers.size())));
-          return;
-        }
-        auto& phase = st.layers[msg.layer];
-        if (phase != layer_phase::idle)
-          return; // Idempotent: a layer is handled once.
-        if (st.req.plan.empty()) {
-          phase = layer_phase::empty;
-          return;
-        }
-        if (st.failure) {
-          phase = layer_phase::cancelled;
-          return;
-        }
-        if (!msg.event) {
-          phase = layer_phase::failed;
-          fail(self,
-               make_error(lserr::event_failed,
-                          "layer_end for layer " + std::to_string(msg.layer) + " has no event"));
-          return;
-        }
-        phase = layer_phase::waiting_event;
-        ++st.outstanding;
-        // The callback may run on any thread; it only sends a message.
-        auto me = caf::actor_cast<context_actor>(self);
-        auto layer = msg.layer;
-        msg.event->on_complete([me, layer](const caf::error& status) {
-          caf::anon_send(me, event_ready{layer, status});
-        });
+        handler_clock busy{self->state.cfg.handler_cpu};
+        on_layer_end(self, msg);
       },
-      [self](const event_ready& msg) { on_event_ready(self, msg); },
-      [self](const finish&) -> caf::result<finish_result> {
-        auto& st = self->state;
-        if (st.result)
-          return *st.result;
-        auto rp = self->make_response_promise<finish_result>();
-        st.finish_waiters.push_back(rp);
-        if (st.outstanding > 0 && !st.deadline_armed) {
-          st.deadline_armed = true;
-          self->delayed_send(self, st.cfg.finish_timeout, finish_deadline{});
-        }
-        try_answer(self);
-        return rp;
+      [self](const event_ready& msg) {
+        handler_clock busy{self->state.cfg.handler_cpu};
+        on_event_ready(self, msg);
       },
-      [self](const finish_deadline&) {
-        auto& st = self->state;
-        if (st.outstanding == 0)
-          return;
-        std::string stuck;
-        for (size_t i = 0; i < st.layers.size(); ++i) {
-          auto& phase = st.layers[i];
-          if (phase == layer_phase::waiting_event || phase == layer_phase::submitted) {
-            stuck += (stuck.empty() ? "" : ", ") + std::to_string(i) +
-                     (phase == layer_phase::waiting_event ? " (event)" : " (submit)");
-            phase = layer_phase::failed;
-          }
-        }
-        st.outstanding = 0;
-        fail(self, make_error(lserr::timeout,
-                              "layers still outstanding at the finish deadline: " + stuck));
-        try_answer(self);
-      },
+      [self](const finish& msg) { return on_finish(self, msg); },
+      [self](const finish_deadline& msg) { on_finish_deadline(self, msg); },
   };
 }
 

@@ -1,21 +1,32 @@
-// context: one per request (room) per prefill rank and forward batch.
+// context: one per forward batch on a prefill rank, holding one pipeline
+// per request (room) of that batch. A batch shares its layer_end events, so
+// the context waits on each layer's event once and sends each layer of all
+// its rooms in one submit_batch per decode peer: per layer, a handful of
+// messages for the whole batch instead of four per room (bench/README.md,
+// "Batched submit").
 //
 // Protocol:
 //   layer_end{layer, event}  from the manager: ask the event for completion
-//   event_ready{layer}       from the event waiter: build blocks, submit once
+//                            (once, for every room that needs the layer)
+//   event_ready{layer}       from the event waiter: build every waiting
+//                            room's blocks, submit once per room
 //   finish{room}             from the manager: answered with finish_result
-//                            once no layer is outstanding; layers with owned
-//                            pages that never got a layer_end are listed in
-//                            unreported_layers (status missing_layer) when
-//                            they are the room's only problem, so that the
-//                            scheduler can send them by the bulk path
-//   finish_deadline          to itself: outstanding layers ran out of time
+//                            once none of that room's layers is outstanding;
+//                            layers with owned pages that never got a
+//                            layer_end are listed in unreported_layers (status
+//                            missing_layer) when they are the room's only
+//                            problem, so that the scheduler can send them by
+//                            the bulk path
+//   finish_deadline{room}    to itself: the room's outstanding layers ran out
+//                            of time
 //
-// Rules: a layer is submitted at most once and only after its event
-// completed; a room with no owned pages submits nothing; after the first
-// failed wait or submit nothing more is submitted (fail closed); finish waits
-// for every outstanding layer, bounded by `finish_timeout`, and every finish
-// gets the same answer. The context never outlives its manager (linked).
+// Rules, per room: a layer is submitted at most once and only after its event
+// completed; a room with no owned pages submits nothing; after the room's
+// first failed wait or submit nothing more is submitted for it (fail closed),
+// and its neighbours in the batch are not affected; finish waits for every
+// outstanding layer of the room, bounded by `finish_timeout`, and every
+// finish of a room gets the same answer. The context never outlives its
+// manager (linked).
 #pragma once
 
 #include <caf/duration.hpp>
@@ -26,8 +37,10 @@
 #include <caf/typed_response_promise.hpp>
 
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
+#include "common/handler_clock.hpp"
 #include "common/trace.hpp"
 #include "messages/messages.hpp"
 #include "transport/transport_protocol.hpp"
@@ -48,6 +61,8 @@ struct context_config {
   std::shared_ptr<trace_recorder> trace;
   /// The prefill rank, as the trace's process id.
   uint32_t rank = 0;
+  /// Optional (benchmarks): CPU time spent in this context's handlers.
+  handler_cpu_counter handler_cpu;
 };
 
 /// Where one layer of this room stands.
@@ -61,12 +76,9 @@ enum class layer_phase : uint8_t {
   cancelled,     // not sent because the room had already failed
 };
 
-struct context_state {
-  static inline const char* name = "layerstream.context";
-
+/// One room's pipeline inside its batch's context.
+struct room_pipeline {
   request_transfer req;
-  submit_sink transport;
-  context_config cfg;
   std::vector<layer_phase> layers;
   /// Layers waiting on an event or a submit.
   uint32_t outstanding = 0;
@@ -81,8 +93,19 @@ struct context_state {
   std::vector<int64_t> submitted_ns;
 };
 
+struct context_state {
+  static inline const char* name = "layerstream.context";
+
+  submit_sink transport;
+  context_config cfg;
+  /// The batch's rooms, in setup order; an index stays valid for the
+  /// context's lifetime.
+  std::vector<room_pipeline> rooms;
+  std::unordered_map<room_id, size_t> index_of;
+};
+
 context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,
-                                          request_transfer req, submit_sink transport,
-                                          context_config cfg);
+                                          std::vector<request_transfer> batch,
+                                          submit_sink transport, context_config cfg);
 
 } // namespace layerstream

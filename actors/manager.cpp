@@ -1,5 +1,8 @@
 #include "actors/manager.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include <caf/exit_reason.hpp>
 
 #include "common/log.hpp"
@@ -10,19 +13,21 @@ namespace {
 
 using self_ptr = manager_actor::stateful_pointer<manager_state>;
 
-/// Removes `room`'s context from the fan-out list (swap with the last).
+/// Removes `room` from its context; the context leaves the fan-out list
+/// (swap with the last) and stops once none of its rooms is left.
 void deactivate(self_ptr self, room_id room) {
   auto& st = self->state;
-  auto i = st.index_of.find(room);
-  if (i == st.index_of.end())
+  auto i = st.context_of.find(room);
+  if (i == st.context_of.end())
     return;
-  auto pos = i->second;
-  auto ctx = st.active[pos].ctx;
-  st.index_of.erase(i);
-  if (pos + 1 != st.active.size()) {
-    st.active[pos] = std::move(st.active.back());
-    st.index_of[st.active[pos].room] = pos;
-  }
+  auto ctx = i->second;
+  st.context_of.erase(i);
+  auto pos = std::find_if(st.active.begin(), st.active.end(),
+                          [&](const manager_state::active_context& a) { return a.ctx == ctx; });
+  if (pos == st.active.end() || --pos->rooms_left > 0)
+    return;
+  if (std::next(pos) != st.active.end())
+    *pos = std::move(st.active.back());
   st.active.pop_back();
   self->unlink_from(ctx);
   self->send_exit(ctx, caf::exit_reason::user_shutdown);
@@ -62,26 +67,32 @@ manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manage
         // Check the whole batch first: a bad batch activates nothing.
         std::unordered_map<room_id, bool> seen;
         for (auto& req : msg.batch) {
-          if (st.index_of.count(req.room) > 0 || !seen.emplace(req.room, true).second)
+          if (st.context_of.count(req.room) > 0 || !seen.emplace(req.room, true).second)
             return make_error(lserr::duplicate_room,
                               "setup: room " + std::to_string(req.room) + " is already active");
           if (auto err = validate(req.ptrs))
             return make_error(lserr::bad_input,
                               "setup: room " + std::to_string(req.room) + ": " + describe(err));
         }
-        st.active.reserve(st.active.size() + msg.batch.size());
+        if (msg.batch.empty())
+          return caf::ok_atom::value;
+        std::vector<room_id> rooms;
+        rooms.reserve(msg.batch.size());
         for (auto& req : msg.batch) {
-          auto room = req.room;
-          st.finished.erase(room); // A room id reused by a new request starts afresh.
-          auto ctx =
-              self->spawn<caf::linked>(context_impl, std::move(req), st.transport, st.cfg.context);
-          st.index_of.emplace(room, st.active.size());
-          st.active.push_back({room, std::move(ctx)});
+          st.finished.erase(req.room); // A room id reused by a new request starts afresh.
+          rooms.push_back(req.room);
         }
-        LS_DEBUG("manager: setup of {} rooms, {} active", msg.batch.size(), st.active.size());
+        auto ctx = self->spawn<caf::linked>(context_impl, std::move(msg.batch), st.transport,
+                                            st.cfg.context);
+        for (auto room : rooms)
+          st.context_of.emplace(room, ctx);
+        st.active.push_back({ctx, rooms.size()});
+        LS_DEBUG("manager: setup of {} rooms, {} rooms in {} contexts active", rooms.size(),
+                 st.context_of.size(), st.active.size());
         return caf::ok_atom::value;
       },
       [self](const layer_end& msg) {
+        handler_clock busy{self->state.cfg.context.handler_cpu}; // shared with its contexts
         for (auto& entry : self->state.active)
           self->send(entry.ctx, msg);
       },
@@ -94,8 +105,8 @@ manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manage
           i->second.push_back(rp); // A finish is already on its way to the context.
           return rp;
         }
-        auto i = st.index_of.find(msg.room);
-        if (i == st.index_of.end()) {
+        auto i = st.context_of.find(msg.room);
+        if (i == st.context_of.end()) {
           rp.deliver(finish_result{
               msg.room,
               make_error(lserr::unknown_room,
@@ -105,7 +116,7 @@ manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manage
         }
         st.finishing[msg.room].push_back(rp);
         auto room = msg.room;
-        self->request(st.active[i->second].ctx, st.cfg.finish_request_timeout, msg)
+        self->request(i->second, st.cfg.finish_request_timeout, msg)
             .then([self](const finish_result& res) { settle(self, res); },
                   [self, room](caf::error& err) {
                     settle(self, finish_result{

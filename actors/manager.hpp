@@ -1,14 +1,15 @@
-// manager: one per prefill rank; owns the active contexts of the current
-// forward batch.
+// manager: one per prefill rank; owns the active contexts, one per forward
+// batch (actors/context.hpp).
 //
 // Protocol:
 //   setup{batch}    from the scheduler, before the forward: spawn one context
-//                   per request; answered with ok once they exist (so the
-//                   forward may start), or an error for a bad batch
+//                   for the batch's requests; answered with ok once it exists
+//                   (so the forward may start), or an error for a bad batch
 //   layer_end       from the notifier (forward thread): fanned out to every
 //                   active context with the same event; a no-op when idle
 //   finish{room}    from the scheduler: forwarded to that room's context;
-//                   the answer goes back, the context is removed and stopped
+//                   the answer goes back and the room is removed; a context
+//                   is stopped once every room of its batch is finished
 //
 // A finished room's answer is remembered (the last `finished_memory` rooms),
 // so a repeated finish gets the same answer; an unknown room gets an
@@ -48,12 +49,15 @@ struct manager_state {
   submit_sink transport;
   manager_config cfg;
   struct active_context {
-    room_id room;
     context_actor ctx;
+    /// Rooms of the batch not finished yet; the context stops at zero.
+    size_t rooms_left = 0;
   };
-  /// Contexts that receive layer_end (contiguous for the fan-out).
+  /// Contexts that receive layer_end (contiguous for the fan-out; one per
+  /// batch in flight, so a handful).
   std::vector<active_context> active;
-  std::unordered_map<room_id, size_t> index_of;
+  /// Each active room's context.
+  std::unordered_map<room_id, context_actor> context_of;
   /// finish requests waiting for their context's answer.
   std::unordered_map<room_id, std::vector<caf::typed_response_promise<finish_result>>> finishing;
   /// Answers of recently finished rooms, oldest first.

@@ -221,8 +221,9 @@ std::pair<int64_t, int64_t> cpu_ns() {
 /// manager, contexts and notifier, with a sink that answers each submit at
 /// once in place of the transport (so only the actors' handling is counted).
 struct handling_sample {
-  double cpu_us_per_layer = 0;  // CPU of every thread but the forward thread
-  double latency_us_median = 0; // layer_end to the last room's submit of that layer
+  double cpu_us_per_layer = 0;      // CPU of every thread but the forward thread
+  double handlers_us_per_layer = 0; // CPU inside the manager's and contexts' handlers
+  double latency_us_median = 0;     // layer_end to the last room's submit of that layer
 };
 
 /// Per layer: submits seen and when the last one arrived.
@@ -232,20 +233,35 @@ struct tally {
   explicit tally(size_t n) : seen(n), last_ns(n) {}
 };
 
+/// The bytes of one room's blocks; counts the room as seen for `layer`.
+uint64_t tally_room(tally& t, uint32_t layer, const std::vector<block>& blocks) {
+  uint64_t bytes = 0;
+  for (auto& b : blocks)
+    bytes += b.len;
+  if (layer < t.seen.size()) {
+    t.last_ns[layer].store(steady_ns());
+    t.seen[layer].fetch_add(1);
+  }
+  return bytes;
+}
+
 /// Stands in for the transport: answers each submit at once, counting it.
 /// (A spawn argument, not a capture: CAF 0.17's spawn of a function without
 /// arguments dereferences a null tuple, which UBSan reports.)
 submit_sink::behavior_type answering_sink(submit_sink::pointer, std::shared_ptr<tally> t) {
-  return {[t](submit& s) -> submit_done {
-    uint64_t bytes = 0;
-    for (auto& b : s.blocks)
-      bytes += b.len;
-    if (s.layer < t->seen.size()) {
-      t->last_ns[s.layer].store(steady_ns());
-      t->seen[s.layer].fetch_add(1);
-    }
-    return submit_done{s.room, s.layer, caf::error{}, bytes};
-  }};
+  return {
+      [t](submit& s) -> submit_done {
+        return submit_done{s.room, s.layer, caf::error{}, tally_room(*t, s.layer, s.blocks)};
+      },
+      [t](submit_batch& s) -> submit_batch_done {
+        submit_batch_done done{s.layer, {}};
+        done.rooms.reserve(s.rooms.size());
+        for (auto& part : s.rooms)
+          done.rooms.push_back(
+              submit_done{part.room, s.layer, caf::error{}, tally_room(*t, s.layer, part.blocks)});
+        return done;
+      },
+  };
 }
 
 std::optional<handling_sample> measure_handling(caf::actor_system& sys,
@@ -261,6 +277,7 @@ std::optional<handling_sample> measure_handling(caf::actor_system& sys,
   auto t = std::make_shared<tally>(layers);
   auto sink = sys.spawn(answering_sink, t);
   manager_config mcfg;
+  mcfg.context.handler_cpu = std::make_shared<std::atomic<int64_t>>(0);
   auto manager = sys.spawn(manager_impl, sink, mcfg);
   setup batch;
   for (uint32_t r = 0; r < rooms; ++r) {
@@ -311,6 +328,8 @@ std::optional<handling_sample> measure_handling(caf::actor_system& sys,
       handling_sample h;
       const int64_t others = (cpu1_all - cpu0_all) - (cpu1_self - cpu0_self);
       h.cpu_us_per_layer = static_cast<double>(others) / 1e3 / layers;
+      h.handlers_us_per_layer =
+          static_cast<double>(mcfg.context.handler_cpu->load()) / 1e3 / layers;
       std::vector<double> lat;
       for (uint32_t layer = 0; layer < layers; ++layer)
         if (t->seen[layer].load() == rooms)
@@ -353,11 +372,18 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
                     ((shape.tokens + bulk_cfg->model.page_size - 1) / bulk_cfg->model.page_size) *
                     bulk_cfg->model.item_len() * 2;
   // First, while no fabric thread runs: only the actors' handling is on the CPU.
-  auto handling = measure_handling(sys, *layer_cfg, why);
-  if (!handling) {
-    why = "handling: " + why;
-    return std::nullopt;
+  std::vector<double> hdl_cpu, hdl_handlers, hdl_lat;
+  for (uint32_t rep = 0; rep < o.repetitions; ++rep) {
+    auto h = measure_handling(sys, *layer_cfg, why);
+    if (!h) {
+      why = "handling: " + why;
+      return std::nullopt;
+    }
+    hdl_cpu.push_back(h->cpu_us_per_layer);
+    hdl_handlers.push_back(h->handlers_us_per_layer);
+    hdl_lat.push_back(h->latency_us_median);
   }
+  const handling_sample handling{median(hdl_cpu), median(hdl_handlers), median(hdl_lat)};
   std::vector<std::unique_ptr<kv_pool>> alone_pools;
   bool ok = true;
   for (uint32_t rank = 0; ok && rank < shape.cp; ++rank) {
@@ -440,7 +466,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
                          : 0;
   row.notify_median_ns = percentile(notify, 0.5);
   row.notify_p99_ns = percentile(notify, 0.99);
-  row.handling = *handling;
+  row.handling = handling;
   return row;
 }
 
@@ -496,13 +522,15 @@ int run_tail_bench(const tail_bench_options& opts_in) {
   std::printf("layerstream bench tail: provider '%s', %u us compute per layer, %u interleaved "
               "repetitions (medians); T = the bulk tail, T/L its share per layer\n",
               o.provider.c_str(), o.layer_compute_us, o.repetitions);
-  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %9s %6s\n",
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %6s %9s %8s "
+              "%6s %9s\n",
               "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
-              "lay/blk", "fwd_none", "fwd_lay", "slow%", "ntf_p50", "ntf_p99", "hdl_cpu", "hdl_lat",
-              "hdl%");
-  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %9s %6s\n", "",
-              "", "", "", "ms", "ms", "ms", "", "", "ms", "ms", "", "ns", "ns", "us/layer", "us",
-              "");
+              "lay/blk", "fwd_none", "fwd_lay", "slow%", "ntf_p50", "ntf_p99", "act_cpu", "act%",
+              "act/room", "run_cpu", "run%", "hdl_lat");
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %6s %9s %8s "
+              "%6s %9s\n",
+              "", "", "", "", "ms", "ms", "ms", "", "", "ms", "ms", "", "ns", "ns", "us/layer", "",
+              "ns/layer", "us/layer", "", "us");
   nlohmann::json configs = nlohmann::json::array();
   int rc = 0;
   for (const auto& shape : shapes_of(o)) {
@@ -517,14 +545,17 @@ int run_tail_bench(const tail_bench_options& opts_in) {
         row->layer_xfer_ms > 0 ? row->tail_layer_ms / row->layer_xfer_ms : 0;
     const double bulk_ratio = row->tail_bulk_ms > 0 ? row->tail_layer_ms / row->tail_bulk_ms : 0;
     const double hdl_pct = row->handling.cpu_us_per_layer / o.layer_compute_us * 100;
+    const double act_pct = row->handling.handlers_us_per_layer / o.layer_compute_us * 100;
+    const double act_per_room = row->handling.handlers_us_per_layer * 1000 / shape.rooms;
     std::printf("%6u %5u %3u %9.0f | %9.2f %9.2f %8.3f | %7.2f %7.3f | %8.2f %8.2f %7.2f | %7lld "
-                "%7lld | %9.1f %9.1f %6.2f\n",
+                "%7lld | %9.1f %6.2f %9.0f %8.1f %6.2f %9.1f\n",
                 shape.layers, shape.rooms, shape.cp, static_cast<double>(row->layer_bytes) / 1024,
                 row->tail_bulk_ms, row->tail_layer_ms, row->layer_xfer_ms, per_layer_ratio,
                 bulk_ratio, row->forward_none_ms, row->forward_layer_ms, row->slowdown_pct,
                 static_cast<long long>(row->notify_median_ns),
-                static_cast<long long>(row->notify_p99_ns), row->handling.cpu_us_per_layer,
-                row->handling.latency_us_median, hdl_pct);
+                static_cast<long long>(row->notify_p99_ns), row->handling.handlers_us_per_layer,
+                act_pct, act_per_room, row->handling.cpu_us_per_layer, hdl_pct,
+                row->handling.latency_us_median);
     std::fflush(stdout);
     configs.push_back(
         {{"layers", shape.layers},
@@ -543,6 +574,9 @@ int run_tail_bench(const tail_bench_options& opts_in) {
          {"forward_slowdown_pct", row->slowdown_pct},
          {"notifier_ns_median", row->notify_median_ns},
          {"notifier_ns_p99", row->notify_p99_ns},
+         {"actor_handlers_us_per_layer", row->handling.handlers_us_per_layer},
+         {"actor_handlers_ns_per_room_layer", act_per_room},
+         {"actor_handlers_pct_of_layer", act_pct},
          {"handling_cpu_us_per_layer", row->handling.cpu_us_per_layer},
          {"handling_ns_per_room_layer", row->handling.cpu_us_per_layer * 1000 / shape.rooms},
          {"handling_pct_of_layer", hdl_pct},

@@ -33,6 +33,9 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<event_ready>("layerstream::event_ready");
   cfg.add_message_type<submit>("layerstream::submit");
   cfg.add_message_type<submit_done>("layerstream::submit_done");
+  cfg.add_message_type<room_blocks>("layerstream::room_blocks");
+  cfg.add_message_type<submit_batch>("layerstream::submit_batch");
+  cfg.add_message_type<submit_batch_done>("layerstream::submit_batch_done");
   cfg.add_message_type<finish>("layerstream::finish");
   cfg.add_message_type<finish_result>("layerstream::finish_result");
   cfg.add_message_type<finish_deadline>("layerstream::finish_deadline");

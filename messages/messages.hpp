@@ -167,6 +167,54 @@ typename Inspector::result_type inspect(Inspector& f, submit_done& x) {
   return f(caf::meta::type_name("submit_done"), x.room, x.layer, x.status, x.bytes);
 }
 
+/// One room's part of a batched submit.
+struct room_blocks {
+  room_id room = 0;
+  std::vector<block> blocks;
+  friend bool operator==(const room_blocks& a, const room_blocks& b) {
+    return a.room == b.room && a.blocks == b.blocks;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_blocks& x) {
+  return f(caf::meta::type_name("room_blocks"), x.room, x.blocks);
+}
+
+/// context -> transport: one layer of several rooms of one forward batch,
+/// all to the same `peer`, in one message instead of one submit per room
+/// (bench/README.md: messages per layer were the limit at 256 rooms). Each
+/// room's blocks are one transport job: a failed write fails its own room,
+/// never its neighbours.
+struct submit_batch {
+  uint32_t layer = 0;
+  peer_id peer = 0;
+  std::vector<room_blocks> rooms;
+  friend bool operator==(const submit_batch& a, const submit_batch& b) {
+    return a.layer == b.layer && a.peer == b.peer && a.rooms == b.rooms;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, submit_batch& x) {
+  return f(caf::meta::type_name("submit_batch"), x.layer, x.peer, x.rooms);
+}
+
+/// transport -> context, the answer to `submit_batch` once every room's
+/// job is settled: one submit_done per room, in the order of the request.
+struct submit_batch_done {
+  uint32_t layer = 0;
+  std::vector<submit_done> rooms;
+  friend bool operator==(const submit_batch_done& a, const submit_batch_done& b) {
+    return a.layer == b.layer && a.rooms == b.rooms;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, submit_batch_done& x) {
+  return f(caf::meta::type_name("submit_batch_done"), x.layer, x.rooms);
+}
+
 /// scheduler -> manager -> context, after the forward.
 struct finish {
   room_id room = 0;
@@ -207,14 +255,17 @@ typename Inspector::result_type inspect(Inspector& f, finish_result& x) {
            x.unreported_layers);
 }
 
-/// context -> itself: the deadline for outstanding layers after `finish`.
+/// context -> itself: the deadline for `room`'s outstanding layers after its `finish`.
 struct finish_deadline {
-  friend bool operator==(const finish_deadline&, const finish_deadline&) { return true; }
+  room_id room = 0;
+  friend bool operator==(const finish_deadline& a, const finish_deadline& b) {
+    return a.room == b.room;
+  }
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, finish_deadline&) {
-  return f(caf::meta::type_name("finish_deadline"));
+typename Inspector::result_type inspect(Inspector& f, finish_deadline& x) {
+  return f(caf::meta::type_name("finish_deadline"), x.room);
 }
 
 /// decode -> each prefill rank's scheduler (control plane, caf-io): a request

@@ -16,26 +16,56 @@ namespace layerstream {
 
 namespace {
 
-/// worker -> transport actor (process-local): one job finished.
-struct job_done {
-  uint64_t id = 0;
-  caf::error status;
-  uint64_t bytes = 0;
-};
+/// worker -> transport actor (process-local): finished jobs wait in the
+/// completion route; this doorbell says there are some.
+struct jobs_ready {};
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, job_done& x) {
-  return f(caf::meta::type_name("job_done"), x.id, x.status, x.bytes);
+typename Inspector::result_type inspect(Inspector& f, jobs_ready&) {
+  return f(caf::meta::type_name("jobs_ready"));
 }
 
-/// The actor's full interface: the public protocol plus its worker's reports.
-using transport_impl = transport_actor::extend<caf::reacts_to<job_done>>;
+/// The actor's full interface: the public protocol plus its worker's doorbell.
+using transport_impl = transport_actor::extend<caf::reacts_to<jobs_ready>>;
 
-/// Where the worker's callback sends: set once the actor exists. A weak
-/// pointer, so the engine (owned by the actor) does not keep the actor alive.
+/// Where the worker's completions go. A weak pointer to the actor, so the
+/// engine (owned by the actor) does not keep the actor alive. Completions
+/// are queued here and the actor is rung once per burst, not once per job:
+/// a layer of a 256-room batch finishes 256 jobs at about the same time, and
+/// one message from a foreign thread costs a CAF worker wake-up.
 struct completion_route {
   std::mutex mutex;
   caf::weak_actor_ptr target;
+  std::vector<fabric::job_result> ready;
+  bool rung = false; // a jobs_ready is on its way and has not drained yet
+
+  void push(fabric::job_result r) {
+    caf::strong_actor_ptr to;
+    {
+      std::lock_guard<std::mutex> guard{mutex};
+      ready.push_back(std::move(r));
+      if (rung)
+        return;
+      rung = true;
+      to = caf::actor_cast<caf::strong_actor_ptr>(target);
+    }
+    if (to) {
+      caf::anon_send(caf::actor_cast<transport_impl>(to), jobs_ready{});
+    } else {
+      // No actor (yet, or any more): the next push rings again; the
+      // actor's state drains what is left when it ends.
+      std::lock_guard<std::mutex> guard{mutex};
+      rung = false;
+    }
+  }
+
+  std::vector<fabric::job_result> take() {
+    std::vector<fabric::job_result> out;
+    std::lock_guard<std::mutex> guard{mutex};
+    out.swap(ready);
+    rung = false;
+    return out;
+  }
 };
 
 struct pending_submit {
@@ -44,22 +74,53 @@ struct pending_submit {
   caf::typed_response_promise<submit_done> promise;
 };
 
+/// A submit_batch waiting for its rooms' jobs.
+struct pending_batch {
+  submit_batch_done answer;
+  size_t outstanding = 0;
+  caf::typed_response_promise<submit_batch_done> promise;
+};
+
+/// Where a job's result goes: a plain submit, or slot `index` of a batch.
+struct job_route {
+  uint64_t batch = 0; // 0: a plain submit
+  size_t index = 0;
+};
+
+struct transport_state;
+void settle_job(transport_state& st, fabric::job_result& done);
+
 struct transport_state {
   const char* name = "transport";
   std::unique_ptr<fabric::engine> engine;
+  std::shared_ptr<completion_route> route;
   network_scope scope = network_scope::test;
   std::unordered_map<uint64_t, pending_submit> pending;
+  std::unordered_map<uint64_t, pending_batch> batches;
+  std::unordered_map<uint64_t, job_route> batch_jobs;
   uint64_t next_job = 1;
+  uint64_t next_batch = 1;
 
   ~transport_state() {
     if (engine)
-      engine->stop(); // its callbacks now only reach a dead mailbox
+      engine->stop(); // every job is finished now, its result in the route
     engine.reset();
+    if (route)
+      for (auto& r : route->take())
+        settle_job(*this, r);
     for (auto& [id, p] : pending)
       p.promise.deliver(submit_done{
           p.room, p.layer,
           make_error(lserr::cancelled, "transport actor exited with the submit in flight"), 0});
     pending.clear();
+    for (auto& [id, slot] : batch_jobs)
+      if (auto b = batches.find(slot.batch); b != batches.end())
+        b->second.answer.rooms[slot.index].status =
+            make_error(lserr::cancelled, "transport actor exited with the submit in flight");
+    batch_jobs.clear();
+    for (auto& [id, b] : batches)
+      b.promise.deliver(std::move(b.answer));
+    batches.clear();
   }
 };
 
@@ -67,12 +128,40 @@ struct transport_state {
 /// copied around; the engine has one owner).
 struct engine_handoff {
   std::unique_ptr<fabric::engine> engine;
+  std::shared_ptr<completion_route> route;
   network_scope scope = network_scope::test;
 };
+
+/// One finished job: its plain submit is answered, or its batch slot filled
+/// (and the batch answered once its last job is in).
+void settle_job(transport_state& st, fabric::job_result& done) {
+  if (auto j = st.batch_jobs.find(done.id); j != st.batch_jobs.end()) {
+    auto route = j->second;
+    st.batch_jobs.erase(j);
+    auto b = st.batches.find(route.batch);
+    if (b == st.batches.end())
+      return;
+    auto& slot = b->second.answer.rooms[route.index];
+    slot.status = std::move(done.status);
+    slot.bytes = done.bytes;
+    if (--b->second.outstanding == 0) {
+      b->second.promise.deliver(std::move(b->second.answer));
+      st.batches.erase(b);
+    }
+    return;
+  }
+  auto i = st.pending.find(done.id);
+  if (i == st.pending.end())
+    return;
+  auto& p = i->second;
+  p.promise.deliver(submit_done{p.room, p.layer, std::move(done.status), done.bytes});
+  st.pending.erase(i);
+}
 
 transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<transport_state> self,
                                             std::shared_ptr<engine_handoff> handoff) {
   self->state.engine = std::move(handoff->engine);
+  self->state.route = std::move(handoff->route);
   self->state.scope = handoff->scope;
   return {
       [=](connect_peer& msg) -> caf::result<peer_id> {
@@ -103,14 +192,33 @@ transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<tra
         st.pending.emplace(id, pending_submit{msg.room, msg.layer, rp});
         return rp;
       },
-      [=](job_done& done) {
+      [=](submit_batch& msg) -> caf::result<submit_batch_done> {
         auto& st = self->state;
-        auto i = st.pending.find(done.id);
-        if (i == st.pending.end())
-          return;
-        auto& p = i->second;
-        p.promise.deliver(submit_done{p.room, p.layer, std::move(done.status), done.bytes});
-        st.pending.erase(i);
+        const uint64_t batch = st.next_batch++;
+        pending_batch pb;
+        pb.answer.layer = msg.layer;
+        pb.answer.rooms.reserve(msg.rooms.size());
+        for (size_t k = 0; k < msg.rooms.size(); ++k) {
+          auto& part = msg.rooms[k];
+          pb.answer.rooms.push_back(submit_done{part.room, msg.layer, {}, 0});
+          const uint64_t id = st.next_job++;
+          if (auto err = st.engine->submit(id, msg.peer, part.blocks)) {
+            pb.answer.rooms.back().status = std::move(err);
+            continue;
+          }
+          st.batch_jobs.emplace(id, job_route{batch, k});
+          ++pb.outstanding;
+        }
+        if (pb.outstanding == 0)
+          return std::move(pb.answer);
+        pb.promise = self->make_response_promise<submit_batch_done>();
+        auto rp = pb.promise;
+        st.batches.emplace(batch, std::move(pb));
+        return rp;
+      },
+      [=](jobs_ready) {
+        for (auto& r : self->state.route->take())
+          settle_job(self->state, r);
       },
   };
 }
@@ -127,22 +235,14 @@ caf::expected<transport_actor> spawn_transport(caf::actor_system& sys, transport
       return std::move(reg.error());
   }
   auto route = std::make_shared<completion_route>();
-  auto on_done = [route](fabric::job_result r) {
-    caf::strong_actor_ptr target;
-    {
-      std::lock_guard<std::mutex> guard{route->mutex};
-      target = caf::actor_cast<caf::strong_actor_ptr>(route->target);
-    }
-    if (target)
-      caf::anon_send(caf::actor_cast<transport_impl>(target),
-                     job_done{r.id, std::move(r.status), r.bytes});
-  };
+  auto on_done = [route](fabric::job_result r) { route->push(std::move(r)); };
   auto eng = fabric::engine::start(std::move(*ep), fabric::engine::role::initiator,
                                    std::move(on_done), cfg.write_timeout, cfg.faults);
   if (!eng)
     return std::move(eng.error());
   auto handoff = std::make_shared<engine_handoff>();
   handoff->engine = std::move(*eng);
+  handoff->route = route;
   handoff->scope = cfg.scope;
   auto hdl = sys.spawn(transport_fun, handoff);
   {

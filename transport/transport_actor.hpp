@@ -2,6 +2,8 @@
 // (transport/transport_protocol.hpp):
 //   connect_peer{peer}                  -> peer_id
 //   submit{room, layer, peer, blocks}   -> submit_done{room, layer, status, bytes}
+//   submit_batch{layer, peer, rooms}    -> submit_batch_done{layer, one submit_done per room}
+//                                          (one engine job per room)
 //
 // Ownership: the actor owns one fabric::engine (which owns the endpoint, its
 // fids and registrations, and the worker thread). Its state's destructor
@@ -16,8 +18,9 @@
 // actor system waits for it on shutdown.
 //
 // Threading: all actor state is touched only by the actor. The worker thread
-// reports a finished job by sending one message (job_done) to the actor;
-// nothing else crosses threads. Every job has a deadline in the worker
+// queues each finished job in a mutex-guarded list and rings the actor with
+// one message (jobs_ready) per burst, not per job; nothing else crosses
+// threads. Every job has a deadline in the worker
 // (write_timeout), so every submit is answered.
 //
 // Semantics: submit_done is ok only when every block of the submit is

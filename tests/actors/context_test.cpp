@@ -10,10 +10,20 @@ namespace {
 struct context_fixture : actor_fixture {
   context_config cfg;
 
-  context_actor spawn_context(const request_transfer& req) {
-    auto ctx = sys.spawn(context_impl, req, transport, cfg);
+  context_actor spawn_context(const request_transfer& req) { return spawn_batch({req}); }
+
+  /// One context for a forward batch of several rooms.
+  context_actor spawn_batch(std::vector<request_transfer> batch) {
+    auto ctx = sys.spawn(context_impl, std::move(batch), transport, cfg);
     run();
     return ctx;
+  }
+
+  /// finish{room} from the test actor, answered with `want`.
+  void expect_finish(const context_actor& ctx, const finish_result& want) {
+    self->request(ctx, caf::infinite, finish{want.room});
+    expect((finish), from(self).to(ctx));
+    expect((finish_result), from(ctx).to(self).with(want));
   }
 
   /// Sends layer_end for `layer` with a fresh scripted event.
@@ -286,6 +296,100 @@ CAF_TEST(pointer lists that do not match fail the room without a submit) {
   expect((finish), from(self).to(ctx));
   expect((finish_result),
          from(ctx).to(self).with(finish_result{1, make_error(lserr::bad_input, ""), 0, 0}));
+}
+
+// A forward batch in one context: one wait per layer, one submit_batch per
+// peer, and every room still judged on its own.
+
+CAF_TEST(a batch waits on the event of each layer once and sends its rooms in one submit_batch) {
+  auto a = make_request(1, 2, 2), b = make_request(2, 3, 2, 40, 400),
+       c = make_request(3, 1, 2, 80, 800);
+  auto ctx = spawn_batch({a, b, c});
+  for (uint32_t layer = 0; layer < 2; ++layer) {
+    auto ev = end_layer(ctx, layer);
+    CAF_CHECK_EQUAL(ev->waiting(), 1u);
+    disallow((submit), from(ctx).to(transport));
+    ev->signal();
+    expect((event_ready), from(_).to(ctx).with(event_ready{layer, caf::error{}}));
+    submit_batch want{layer, 0, {}};
+    for (auto* req : {&a, &b, &c})
+      want.rooms.push_back(room_blocks{req->room, expected_submit(*req, layer).blocks});
+    expect((submit_batch), from(ctx).to(transport).with(want));
+    expect((submit_batch_done), from(transport).to(ctx));
+  }
+  for (auto* req : {&a, &b, &c})
+    expect_finish(ctx, finish_result{req->room, caf::error{}, 2,
+                                     expected_bytes(*req, 0) + expected_bytes(*req, 1)});
+}
+
+CAF_TEST(a failed write fails its own room only and the batch goes on without it) {
+  auto a = make_request(1, 2, 3), b = make_request(2, 2, 3, 40, 400),
+       c = make_request(3, 2, 3, 80, 800);
+  script->fail.insert({2, 0}); // room 2's layer 0 write fails
+  auto ctx = spawn_batch({a, b, c});
+  for (uint32_t layer = 0; layer < 3; ++layer) {
+    auto ev = end_layer(ctx, layer);
+    ev->signal();
+    expect((event_ready), from(_).to(ctx));
+    if (layer == 0) {
+      expect((submit_batch), from(ctx).to(transport));
+      expect((submit_batch_done), from(transport).to(ctx));
+    } else {
+      // Rooms 1 and 3 only: room 2 failed closed.
+      submit_batch want{layer,
+                        0,
+                        {room_blocks{1, expected_submit(a, layer).blocks},
+                         room_blocks{3, expected_submit(c, layer).blocks}}};
+      expect((submit_batch), from(ctx).to(transport).with(want));
+      expect((submit_batch_done), from(transport).to(ctx));
+    }
+  }
+  uint64_t all_a = 0, all_c = 0;
+  for (uint32_t l = 0; l < 3; ++l) {
+    all_a += expected_bytes(a, l);
+    all_c += expected_bytes(c, l);
+  }
+  expect_finish(ctx, finish_result{1, caf::error{}, 3, all_a});
+  expect_finish(ctx, finish_result{2, make_error(lserr::transfer_failed, ""), 0, 0});
+  expect_finish(ctx, finish_result{3, caf::error{}, 3, all_c});
+}
+
+CAF_TEST(the finish deadline of one room leaves its neighbours in the batch waiting) {
+  script->hold = true;
+  cfg.finish_timeout = std::chrono::seconds(5);
+  auto a = make_request(1, 2, 1), b = make_request(2, 2, 1, 40, 400);
+  auto ctx = spawn_batch({a, b});
+  auto ev = end_layer(ctx, 0);
+  ev->signal();
+  expect((event_ready), from(_).to(ctx));
+  expect((submit_batch), from(ctx).to(transport));
+  self->request(ctx, std::chrono::seconds(100), finish{1});
+  expect((finish), from(self).to(ctx));
+  advance_time(std::chrono::seconds(5));
+  expect((finish_deadline), from(ctx).to(ctx).with(finish_deadline{1}));
+  expect((finish_result),
+         from(ctx).to(self).with(finish_result{1, make_error(lserr::timeout, ""), 0, 0}));
+  // The held answer arrives: room 1 stays failed, room 2 is complete.
+  release(1, 0);
+  expect((release_atom, room_id, uint32_t), from(_).to(transport));
+  expect((submit_batch_done), from(transport).to(ctx));
+  expect_finish(ctx, finish_result{1, make_error(lserr::timeout, ""), 0, 0});
+  expect_finish(ctx, finish_result{2, caf::error{}, 1, expected_bytes(b, 0)});
+}
+
+CAF_TEST(a finish for a room outside the batch is answered with unknown_room) {
+  auto ctx = spawn_batch({make_request(1, 2, 1)});
+  expect_finish(ctx, finish_result{9, make_error(lserr::unknown_room, ""), 0, 0});
+}
+
+CAF_TEST(a layer_end beyond the model fails every room of the batch with bad_layer) {
+  auto ctx = spawn_batch({make_request(1, 2, 1), make_request(2, 2, 1, 40, 400)});
+  auto ev = events.record(0);
+  self->send(ctx, layer_end{7, ev});
+  expect((layer_end), from(self).to(ctx));
+  CAF_CHECK_EQUAL(std::static_pointer_cast<host_event>(ev)->waiting(), 0u);
+  expect_finish(ctx, finish_result{1, make_error(lserr::bad_layer, ""), 0, 0});
+  expect_finish(ctx, finish_result{2, make_error(lserr::bad_layer, ""), 0, 0});
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

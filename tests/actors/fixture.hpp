@@ -25,13 +25,19 @@ using release_atom = caf::atom_constant<caf::atom("release")>;
 /// What the scripted transport does and what it saw. Lives on the test
 /// thread; the test coordinator runs every actor there too.
 struct transport_script {
-  /// Every submit received, in order.
+  /// Every submit received, in order; a submit_batch is listed as one
+  /// submit per room, in its order.
   std::vector<submit> received;
+  /// How many submit_batch messages came, and their sizes.
+  std::vector<size_t> batch_sizes;
   /// (room, layer) pairs answered with a failure.
   std::set<std::pair<room_id, uint32_t>> fail;
   /// Keep every answer until the test sends {release_atom, room, layer}.
   bool hold = false;
   std::map<std::pair<room_id, uint32_t>, std::pair<caf::response_promise, submit_done>> held;
+  /// Held batches, by (first room, layer).
+  std::map<std::pair<room_id, uint32_t>, std::pair<caf::response_promise, submit_batch_done>>
+      held_batches;
 };
 
 inline uint64_t bytes_of(const std::vector<block>& blocks) {
@@ -41,31 +47,55 @@ inline uint64_t bytes_of(const std::vector<block>& blocks) {
   return n;
 }
 
+/// The scripted answer for one room's part.
+inline submit_done scripted_answer(transport_script& script, const submit& msg) {
+  submit_done done{msg.room, msg.layer, {}, bytes_of(msg.blocks)};
+  if (script.fail.count(std::make_pair(msg.room, msg.layer)) > 0) {
+    done.status = make_error(lserr::transfer_failed, "scripted failure");
+    done.bytes = 0;
+  }
+  return done;
+}
+
 /// Answers each submit as the script says: success with the blocks' bytes,
-/// a failure, or held until released.
+/// a failure, or held until released. A submit_batch is answered room by
+/// room the same way (held whole, under its first room).
 inline caf::behavior scripted_transport(caf::event_based_actor* self,
                                         std::shared_ptr<transport_script> script) {
   return {
       [=](submit& msg) -> caf::result<submit_done> {
         script->received.push_back(msg);
         auto key = std::make_pair(msg.room, msg.layer);
-        submit_done done{msg.room, msg.layer, {}, bytes_of(msg.blocks)};
-        if (script->fail.count(key) > 0) {
-          done.status = make_error(lserr::transfer_failed, "scripted failure");
-          done.bytes = 0;
-        }
+        auto done = scripted_answer(*script, msg);
         if (!script->hold)
           return done;
         auto rp = self->make_response_promise();
         script->held.emplace(key, std::make_pair(rp, done));
         return rp;
       },
+      [=](submit_batch& msg) -> caf::result<submit_batch_done> {
+        script->batch_sizes.push_back(msg.rooms.size());
+        submit_batch_done done{msg.layer, {}};
+        for (auto& part : msg.rooms) {
+          script->received.push_back(submit{part.room, msg.layer, msg.peer, part.blocks});
+          done.rooms.push_back(scripted_answer(*script, script->received.back()));
+        }
+        if (!script->hold || msg.rooms.empty())
+          return done;
+        auto rp = self->make_response_promise();
+        script->held_batches.emplace(std::make_pair(msg.rooms.front().room, msg.layer),
+                                     std::make_pair(rp, done));
+        return rp;
+      },
       [=](release_atom, room_id room, uint32_t layer) {
-        auto i = script->held.find({room, layer});
-        if (i == script->held.end())
-          return;
-        i->second.first.deliver(i->second.second);
-        script->held.erase(i);
+        if (auto i = script->held.find({room, layer}); i != script->held.end()) {
+          i->second.first.deliver(i->second.second);
+          script->held.erase(i);
+        }
+        if (auto i = script->held_batches.find({room, layer}); i != script->held_batches.end()) {
+          i->second.first.deliver(i->second.second);
+          script->held_batches.erase(i);
+        }
       },
   };
 }
@@ -122,6 +152,7 @@ struct actor_fixture : test_coordinator_fixture<test_config> {
     // A held promise references the transport actor itself; drop it so the
     // actor can end and the system can shut down.
     script->held.clear();
+    script->held_batches.clear();
   }
 
   void release(room_id room, uint32_t layer) {

@@ -57,17 +57,38 @@ struct manager_fixture : actor_fixture {
 CAF_TEST_FIXTURE_SCOPE(manager_tests, manager_fixture)
 
 CAF_TEST(one layer_end is fanned out to every active context with the same event) {
+  // Two forward batches in flight: one context each.
   setup_batch({make_request(1, 2, 2), make_request(2, 3, 2), make_request(3, 1, 2)});
+  setup_batch({make_request(4, 2, 2)});
   auto ev = std::static_pointer_cast<host_event>(events.record(0));
   self->send(mgr, layer_end{0, ev});
   expect((layer_end), from(self).to(mgr));
   sched.run();
-  // Each of the three contexts got the one recorded event and waits on it.
-  CAF_CHECK_EQUAL(ev->waiting(), 3u);
+  // Each context waits on the one recorded event once, for all its rooms.
+  CAF_CHECK_EQUAL(ev->waiting(), 2u);
   CAF_CHECK_EQUAL(events.count(), 1u);
   ev->signal();
   run();
-  CAF_CHECK_EQUAL(script->received.size(), 3u);
+  // The three-room batch sends one submit_batch; the lone room a plain submit.
+  CAF_CHECK_EQUAL(script->batch_sizes, std::vector<size_t>{3});
+  CAF_CHECK_EQUAL(script->received.size(), 4u);
+}
+
+CAF_TEST(a context stops only when every room of its batch is finished) {
+  auto a = make_request(21, 2, 1), b = make_request(22, 2, 1, 40, 400);
+  setup_batch({a, b});
+  auto ev = std::static_pointer_cast<host_event>(events.record(0));
+  self->send(mgr, layer_end{0, ev});
+  ev->signal();
+  run();
+  CAF_CHECK_EQUAL(finish_room(21), (finish_result{21, caf::error{}, 1, expected_bytes(a, 0)}));
+  // Room 22's context is still there: it answers.
+  CAF_CHECK_EQUAL(finish_room(22), (finish_result{22, caf::error{}, 1, expected_bytes(b, 0)}));
+  // Now the context is gone: a later layer_end reaches nobody.
+  auto late = std::static_pointer_cast<host_event>(events.record(0));
+  self->send(mgr, layer_end{0, late});
+  run();
+  CAF_CHECK_EQUAL(late->waiting(), 0u);
 }
 
 CAF_TEST(a layer_end with no active context is a no - op) {

@@ -54,10 +54,14 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(submit{5, 2, 4, {{1, 2, 3}, {4, 5, 6}}});
   round_trip(submit_done{5, 2, make_error(lserr::transfer_failed, "fi_writemsg: -5"), 0});
   round_trip(submit_done{5, 2, caf::error{}, 12345});
+  round_trip(room_blocks{7, {{1, 2, 3}}});
+  round_trip(submit_batch{2, 4, {{5, {{1, 2, 3}, {4, 5, 6}}}, {6, {}}}});
+  round_trip(submit_batch_done{
+      2, {{5, 2, caf::error{}, 6}, {6, 2, make_error(lserr::out_of_region, "page 9"), 0}}});
   round_trip(finish{5});
   round_trip(finish_result{5, make_error(lserr::timeout, "late"), 2, 99});
   round_trip(finish_result{5, make_error(lserr::missing_layer, "2 layers"), 1, 98, {0, 3}});
-  round_trip(finish_deadline{});
+  round_trip(finish_deadline{5});
   round_trip(transfer_info{42, 1000, some_peer(), {9, 8, 7}, {1, 2}, {3, 4}, {64, 64, 32, 32}, 2});
   round_trip(kv_ready{42, 1, make_error(lserr::peer_lost, "rank 1 lost"), 7});
   round_trip(batch_done{3, -1, 1ll << 62, {120, 95}});

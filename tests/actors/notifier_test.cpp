@@ -15,7 +15,9 @@ CAF_TEST_FIXTURE_SCOPE(notifier_tests, actor_fixture)
 CAF_TEST(the notifier records one event and sends one layer_end to the manager) {
   auto mgr = sys.spawn(manager_impl, transport, manager_config{});
   run();
-  self->request(mgr, caf::infinite, setup{{make_request(1, 2, 3), make_request(2, 2, 3)}});
+  // Two batches in flight: two contexts.
+  self->request(mgr, caf::infinite, setup{{make_request(1, 2, 3)}});
+  self->request(mgr, caf::infinite, setup{{make_request(2, 2, 3)}});
   run();
   layer_notifier notify{mgr, events};
   notify(2);

@@ -126,6 +126,49 @@ TEST_P(TransportActor, SubmitsToAnUnknownPeerOrOutsideTheRegionFailWithNothingWr
   EXPECT_TRUE(std::all_of(dst_.begin(), dst_.end(), [](uint8_t b) { return b == 0; }));
 }
 
+TEST_P(TransportActor, ASubmitBatchAnswersEveryRoomInOrderAndAFailedRoomSparesItsNeighbours) {
+  auto peer = connect(target_->peer());
+  ASSERT_TRUE(peer) << describe(peer.error());
+  std::mt19937_64 rng{5};
+  test::fill_random(src_, rng);
+  // Rooms 10 and 12 write 16 pages each; room 11's one block leaves the region.
+  submit_batch batch{7, *peer, {}};
+  for (room_id room : {10, 11, 12}) {
+    room_blocks part{room, {}};
+    if (room == 11) {
+      part.blocks.push_back({test::addr_of(src_), test::addr_of(dst_, dst_.size() - 4), 8});
+    } else {
+      const uint64_t first = (room - 10) * 16;
+      for (uint64_t page = first; page < first + 16; ++page)
+        part.blocks.push_back(
+            {test::addr_of(src_, page * 4096), test::addr_of(dst_, page * 4096), 4096});
+    }
+    batch.rooms.push_back(std::move(part));
+  }
+  caf::scoped_actor self{sys_};
+  caf::expected<submit_batch_done> done{make_error(lserr::timeout, "no answer")};
+  self->request(transport_, 20s, batch)
+      .receive([&](submit_batch_done& d) { done = std::move(d); },
+               [&](caf::error& err) { done = std::move(err); });
+  ASSERT_TRUE(done) << describe(done.error());
+  EXPECT_EQ(done->layer, 7u);
+  ASSERT_EQ(done->rooms.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(done->rooms[k].room, 10u + k);
+    EXPECT_EQ(done->rooms[k].layer, 7u);
+  }
+  EXPECT_FALSE(done->rooms[0].status) << describe(done->rooms[0].status);
+  EXPECT_TRUE(is(done->rooms[1].status, lserr::out_of_region)) << describe(done->rooms[1].status);
+  EXPECT_FALSE(done->rooms[2].status) << describe(done->rooms[2].status);
+  EXPECT_EQ(done->rooms[0].bytes, 16u * 4096);
+  EXPECT_EQ(done->rooms[1].bytes, 0u);
+  EXPECT_EQ(done->rooms[2].bytes, 16u * 4096);
+  // Rooms 10 and 12 landed (pages 0..15 and 32..47); room 11 wrote nothing.
+  EXPECT_EQ(std::memcmp(dst_.data(), src_.data(), 16 * 4096), 0);
+  EXPECT_EQ(std::memcmp(dst_.data() + 32 * 4096, src_.data() + 32 * 4096, 16 * 4096), 0);
+  EXPECT_TRUE(std::all_of(dst_.end() - 4, dst_.end(), [](uint8_t b) { return b == 0; }));
+}
+
 TEST_P(TransportActor, APeerOnAnotherProviderIsRefused) {
   fabric_peer other = target_->peer();
   other.provider = "efa";
