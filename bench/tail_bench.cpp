@@ -18,6 +18,7 @@
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "config/loader.hpp"
+#include "node/actor_runtime.hpp"
 #include "node/nodes.hpp"
 
 namespace layerstream {
@@ -365,6 +366,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
   layerstream::add_message_types(scfg);
   scfg.set("logger.verbosity", caf::atom("quiet"));
   scfg.set("logger.console", caf::atom("none"));
+  tune_actor_runtime(scfg);
   caf::actor_system sys{scfg};
   bench_row row;
   row.shape = shape;

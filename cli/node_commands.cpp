@@ -17,6 +17,7 @@
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "config/loader.hpp"
+#include "node/actor_runtime.hpp"
 #include "node/auth.hpp"
 #include "node/nodes.hpp"
 
@@ -49,6 +50,7 @@ struct system_config : caf::actor_system_config {
         *this); // qualified: the base class has a member template of that name
     set("logger.verbosity", caf::atom("quiet"));
     set("logger.console", caf::atom("none"));
+    tune_actor_runtime(*this);
     if (remoting) {
       load<caf::io::middleman>();
       // Both sides must set these, or a frozen peer is noticed only after 20 s+.
