@@ -61,18 +61,20 @@ void notifier_bench(benchmark::State& state, notifier_options opts) {
   auto transport = caf::actor_cast<submit_sink>(sys.spawn(unreachable_transport));
   auto mgr = sys.spawn(manager_impl, transport, manager_config{});
   caf::scoped_actor self{sys};
-  setup batch;
+  // One setup per room: one context each (as many forward batches in
+  // flight), so the manager's fan-out is as wide as it gets.
   for (room_id r = 0; r < contexts; ++r) {
     request_transfer req;
     req.room = r;
     req.ptrs.src_k.assign(layers, 4096);
     req.ptrs.dst_k.assign(layers, 4096);
     req.ptrs.item_lens.assign(layers, 64);
+    setup batch;
     batch.batch.push_back(std::move(req));
+    self->request(mgr, std::chrono::seconds(10), std::move(batch))
+        .receive([](caf::ok_atom) {},
+                 [&](caf::error& err) { state.SkipWithError(describe(err).c_str()); });
   }
-  self->request(mgr, std::chrono::seconds(10), std::move(batch))
-      .receive([](caf::ok_atom) {},
-               [&](caf::error& err) { state.SkipWithError(describe(err).c_str()); });
   completed_event_source events;
   layer_notifier notify{mgr, events, opts};
   uint32_t layer = 0;
