@@ -398,15 +398,25 @@ class field_reader {
 /// Emits `key = value` lines per table, in visit order.
 class toml_writer {
  public:
+  explicit toml_writer(secrets mode) : mode_(mode) {}
+
   void table(const char* name) {
     if (!out_.str().empty())
       out_ << '\n';
     out_ << '[' << name << "]\n";
+    table_ = name;
   }
 
   template <class T>
   void field(const char* key, const T& value) {
     out_ << key << " = " << format(value) << '\n';
+  }
+
+  void field(const char* key, const std::string& value) {
+    if (mode_ == secrets::redact && table_ == "cluster" && std::string_view{key} == "token")
+      out_ << key << " = " << quoted(redacted(value)) << '\n';
+    else
+      out_ << key << " = " << format(value) << '\n';
   }
 
   std::string str() const { return out_.str(); }
@@ -437,6 +447,8 @@ class toml_writer {
     return std::to_string(d.count());
   }
 
+  secrets mode_;
+  std::string table_;
   std::ostringstream out_;
 };
 
@@ -763,8 +775,14 @@ std::optional<config_error> validate_for(const deployment_config& cfg, config_ro
   }
 }
 
-std::string to_toml(const deployment_config& cfg) {
-  toml_writer w;
+std::string redacted(const std::string& secret) {
+  if (secret.empty())
+    return "";
+  return "<redacted: " + std::to_string(secret.size()) + " chars>";
+}
+
+std::string to_toml(const deployment_config& cfg, secrets mode) {
+  toml_writer w{mode};
   visit_fields(cfg, w);
   return w.str();
 }
@@ -772,7 +790,7 @@ std::string to_toml(const deployment_config& cfg) {
 bool same_config(const deployment_config& a, const deployment_config& b) {
   // to_toml prints every field exactly (shortest round-trip doubles), so equal
   // texts mean equal fields; one field list to maintain instead of two.
-  return to_toml(a) == to_toml(b);
+  return to_toml(a, secrets::reveal) == to_toml(b, secrets::reveal);
 }
 
 caf::error to_error(const config_error& err) {

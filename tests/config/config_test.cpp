@@ -634,10 +634,10 @@ TEST(ConfigToToml, EveryShippedFileRoundTrips) {
   for (const auto& path : shipped_files()) {
     SCOPED_TRACE(path.string());
     auto cfg = load_ok(path);
-    auto text = to_toml(cfg);
+    auto text = to_toml(cfg, secrets::reveal);
     auto again = parse_ok(text);
     EXPECT_TRUE(same_config(again, cfg)) << text;
-    EXPECT_EQ(to_toml(again), text);
+    EXPECT_EQ(to_toml(again, secrets::reveal), text);
   }
 }
 
@@ -656,7 +656,8 @@ TEST(ConfigToToml, UnusualValuesRoundTrip) {
   cfg.workload.seed = 9223372036854775807u;
   cfg.workload.fragmentation = 0.1;
   cfg.log.level = "off";
-  auto text = to_toml(cfg);
+  cfg.cluster.token = "a \"quoted\" token of some length";
+  auto text = to_toml(cfg, secrets::reveal);
   auto again = parse_ok(text);
   EXPECT_TRUE(same_config(again, cfg)) << text;
   EXPECT_EQ(again.fabric.bind_address, cfg.fabric.bind_address);
@@ -672,6 +673,20 @@ TEST(ConfigToToml, ItNamesEveryTableAndDurationsWithTheirUnit) {
     EXPECT_NE(text.find(needle), std::string::npos) << needle << " in\n" << text;
 }
 
+TEST(ConfigToToml, TheTokenIsRedactedUnlessRevealed) {
+  auto cfg = valid_config();
+  cfg.cluster.token = "0123456789abcdef01234567"; // 24 characters
+  auto text = to_toml(cfg);
+  EXPECT_EQ(text.find(cfg.cluster.token), std::string::npos) << text;
+  EXPECT_NE(text.find("token = \"<redacted: 24 chars>\""), std::string::npos) << text;
+  EXPECT_NE(to_toml(cfg, secrets::reveal).find("token = \"" + cfg.cluster.token + "\""),
+            std::string::npos);
+  // No token: nothing to hide, printed as empty (a redacted text never loads as a valid token).
+  cfg.cluster.token.clear();
+  EXPECT_NE(to_toml(cfg).find("token = \"\""), std::string::npos);
+  EXPECT_EQ(redacted("short"), "<redacted: 5 chars>");
+}
+
 TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
   auto a = valid_config();
   auto b = a;
@@ -680,5 +695,8 @@ TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
   EXPECT_FALSE(same_config(a, b));
   b = a;
   b.decode.prefill.push_back("c:3");
+  EXPECT_FALSE(same_config(a, b));
+  b = a;
+  b.cluster.token += "x"; // redacted in print, still compared
   EXPECT_FALSE(same_config(a, b));
 }
