@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "common/error.hpp"
 
@@ -560,6 +561,48 @@ TEST(ConfigRoles, PrefillAndDecodeNeedTheClusterToken) {
   EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value()); // no control plane
   cfg.cluster.token = "fifteen-chars!!";
   expect_invalid(cfg, config_role::decode, "cluster.token", "too short: 15 characters");
+}
+
+TEST(ConfigLoader, TlsNeedsAllThreePathsOrNone) {
+  expect_refused("[tls]\ncertificate = \"a.pem\"\nkey = \"a.key\"\n", "tls.ca_file",
+                 "TLS needs all three of tls.certificate, tls.key and tls.ca_file");
+  expect_refused("[tls]\nca_file = \"ca.pem\"\n", "tls.certificate", "missing");
+  auto res = load_config_string("[tls]\ncertificate = \"a.pem\"\nkey = \"a.key\"\n"
+                                "ca_file = \"ca.pem\"\n",
+                                "t.toml");
+  ASSERT_TRUE(std::holds_alternative<deployment_config>(res));
+  const auto& tls = std::get<deployment_config>(res).tls;
+  EXPECT_TRUE(tls.enabled());
+  EXPECT_EQ(tls.certificate, "a.pem");
+  EXPECT_EQ(tls.key, "a.key");
+  EXPECT_EQ(tls.ca_file, "ca.pem");
+  EXPECT_FALSE(deployment_config{}.tls.enabled()); // off by default
+}
+
+TEST(ConfigRoles, PrefillAndDecodeNeedReadableTlsFiles) {
+  auto dir = fs::temp_directory_path() / ("ls-config-tls-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* name : {"node.pem", "node.key", "ca.pem"})
+    std::ofstream{dir / name} << "-----BEGIN TEST-----\n";
+  std::ofstream{dir / "empty.pem"}.flush();
+  auto cfg = valid_config();
+  cfg.tls = {(dir / "node.pem").string(), (dir / "node.key").string(), (dir / "ca.pem").string()};
+  for (auto role : {config_role::demo, config_role::prefill, config_role::decode})
+    EXPECT_FALSE(validate_for(cfg, role).has_value()) << to_string(role);
+  cfg.tls.key = (dir / "missing.key").string();
+  expect_invalid(cfg, config_role::prefill, "tls.key", "No such file or directory");
+  expect_invalid(cfg, config_role::decode, "tls.key", "cannot read");
+  EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value()); // no control plane
+  cfg.tls.key = (dir / "node.key").string();
+  cfg.tls.ca_file = (dir / "empty.pem").string();
+  expect_invalid(cfg, config_role::decode, "tls.ca_file", "empty file");
+  cfg.tls.ca_file = dir.string(); // a directory
+  expect_invalid(cfg, config_role::prefill, "tls.ca_file", "not a regular file");
+  cfg.tls.ca_file = "/dev/stdin"; // never read: it could block
+  expect_invalid(cfg, config_role::prefill, "tls.ca_file", "cannot read");
+  cfg.tls.certificate.clear();
+  expect_invalid(cfg, config_role::demo, "tls.certificate", "TLS needs all three");
+  fs::remove_all(dir);
 }
 
 TEST(ConfigLoader, NonAsciiTextIsRefusedWithItsLine) {
