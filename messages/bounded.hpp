@@ -7,9 +7,10 @@
 // fields through a bounded_source: a deserializer that forwards to the real
 // one and refuses any sequence whose claimed count passes max_wire_sequence
 // or the bytes still unread (every element takes at least one byte on the
-// wire). Everything nested inside goes through it too, CAF's own types
-// included (a caf::error's context message, a std::vector<char> in it).
-// Saving and printing are unchanged, and so is the wire format.
+// wire: true of every registered type; a std::vector<bool> or a vector of
+// empty structs would take less, and none of our messages holds one). Everything nested inside goes
+// through it too, CAF's own types included (a caf::error's context message, a std::vector<char> in
+// it). Saving and printing are unchanged, and so is the wire format.
 //
 // Not covered: CAF's own decoding outside our types (the BASP handshake, a
 // message made only of CAF built-in types); see README.md, "Hostile bytes on
