@@ -12,33 +12,13 @@ namespace {
 using self_ptr = scheduler_full_actor::stateful_pointer<scheduler_state>;
 
 uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
-  return (tokens + page_size - 1) / page_size;
+  return tokens / page_size + (tokens % page_size != 0 ? 1 : 0); // no overflow near 2^64
 }
 
-/// Checks a transfer_info against this rank's model and cluster.
-caf::error check_info(const scheduler_state& st, const transfer_info& info) {
-  auto fail = [&](std::string what) {
-    return make_error(lserr::bad_input,
-                      "transfer_info of room " + std::to_string(info.room) + ": " + what);
-  };
-  const auto& m = st.cfg.model;
-  if (info.prompt_tokens == 0)
-    return fail("prompt_tokens is 0");
-  if (info.dst_pages.size() != pages_for(info.prompt_tokens, m.page_size))
-    return fail("dst_pages holds " + std::to_string(info.dst_pages.size()) + " pages, " +
-                std::to_string(info.prompt_tokens) + " tokens need " +
-                std::to_string(pages_for(info.prompt_tokens, m.page_size)));
-  if (info.cp_size != st.cfg.cp_size)
-    return fail("cp_size " + std::to_string(info.cp_size) + ", this cluster has " +
-                std::to_string(st.cfg.cp_size));
-  if (info.dst_k_ptrs.size() != st.pool->layers() ||
-      info.dst_v_ptrs.size() != st.pool->v_ptrs().size())
-    return fail("pointer lists do not match the model (" + std::to_string(st.pool->layers()) +
-                " layers, " + (st.pool->mla() ? "MLA" : "K/V") + ")");
-  if (info.item_lens != st.pool->item_lens())
-    return fail("item_lens differ from this rank's page size of " +
-                std::to_string(st.pool->item_len()) + " bytes");
-  return caf::none;
+/// What this rank expects of a transfer_info (its model and cluster).
+transfer_info_shape shape_of(const scheduler_state& st) {
+  return transfer_info_shape{st.cfg.model.page_size, st.cfg.cp_size,      st.pool->layers(),
+                             st.pool->mla(),         st.pool->item_len(), st.pool->item_lens()};
 }
 
 /// This rank's runs for tokens [first, last) of a room: the chunk's pages,
@@ -337,7 +317,7 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   if (st.rooms.count(room) > 0)
     return refuse(make_error(lserr::duplicate_room,
                              "room " + std::to_string(room) + " is already on this rank"));
-  if (auto err = check_info(st, info))
+  if (auto err = check_transfer_info(info, shape_of(st)))
     return refuse(std::move(err));
   const auto total_pages = info.dst_pages.size();
   auto owned = owned_positions(total_pages, st.cfg.cp_size, st.cfg.cp_rank);

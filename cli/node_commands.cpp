@@ -6,12 +6,18 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include <unistd.h>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#ifdef LAYERSTREAM_HAVE_TLS
+#include <caf/openssl/manager.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#endif
 #include <nlohmann/json.hpp>
 
 #include "common/log.hpp"
@@ -56,9 +62,119 @@ struct system_config : caf::actor_system_config {
       // Both sides must set these, or a frozen peer is noticed only after 20 s+.
       set("middleman.heartbeat-interval", caf::timespan{dep.timeouts.heartbeat});
       set("middleman.connection-timeout", caf::timespan{dep.timeouts.connection});
+#ifdef LAYERSTREAM_HAVE_TLS
+      if (dep.tls.enabled()) {
+        // With a CA file set, CAF's OpenSSL module verifies the peer on both
+        // sides (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT): mutual TLS.
+        load<caf::openssl::manager>();
+        openssl_certificate = dep.tls.certificate;
+        openssl_key = dep.tls.key;
+        openssl_cafile = dep.tls.ca_file;
+      }
+#endif
     }
   }
 };
+
+/// [tls] usable? Refused: a build without CAF's OpenSSL module, or files
+/// OpenSSL cannot load. Checked at start with what CAF's OpenSSL module does
+/// on the first connection, where a bad file is an uncaught exception in
+/// CAF's network thread that kills the process.
+bool tls_ready(const deployment_config& cfg, const char* who) {
+#ifdef LAYERSTREAM_HAVE_TLS
+  if (!cfg.tls.enabled())
+    return true;
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx{SSL_CTX_new(TLS_method()), SSL_CTX_free};
+  auto refuse = [&](const std::string& key, const std::string& path, const char* what) {
+    char text[256] = "no OpenSSL error";
+    if (auto code = ERR_get_error())
+      ERR_error_string_n(code, text, sizeof(text));
+    ERR_clear_error();
+    std::cerr << "layerstream " << who << ": tls." << key << " \"" << path << "\": " << what << " ("
+              << text << ")\n";
+    return false;
+  };
+  if (!ctx)
+    return refuse("certificate", cfg.tls.certificate, "no TLS context");
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), cfg.tls.certificate.c_str()) != 1)
+    return refuse("certificate", cfg.tls.certificate, "not a PEM certificate chain");
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), cfg.tls.key.c_str(), SSL_FILETYPE_PEM) != 1)
+    return refuse("key", cfg.tls.key, "not an unencrypted PEM private key of tls.certificate");
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    return refuse("key", cfg.tls.key, "does not match tls.certificate");
+  if (SSL_CTX_load_verify_locations(ctx.get(), cfg.tls.ca_file.c_str(), nullptr) != 1)
+    return refuse("ca_file", cfg.tls.ca_file, "not a PEM CA certificate");
+  return true;
+#else
+  if (!cfg.tls.enabled())
+    return true;
+  std::cerr << "layerstream " << who
+            << ": [tls] is set, but this build has no TLS (CAF's OpenSSL module, caf_openssl, "
+               "was not found at build time)\n";
+  return false;
+#endif
+}
+
+/// The middleman that carries the control plane: CAF's OpenSSL one where [tls] is set.
+caf::io::middleman_actor control_plane(caf::actor_system& sys, const deployment_config& cfg) {
+#ifdef LAYERSTREAM_HAVE_TLS
+  if (cfg.tls.enabled())
+    return sys.openssl_manager().actor_handle();
+#else
+  (void)cfg;
+#endif
+  return sys.middleman().actor_handle();
+}
+
+/// Publishes the gate on the prefill rank's host:port (plain caf-io or TLS).
+caf::expected<uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate,
+                                     const deployment_config& cfg) {
+  // SO_REUSEADDR: a rank restarted after a crash must get its configured port
+  // back at once, although its predecessor's connections still hold it in
+  // TIME_WAIT for up to 60 s (tests/cluster/crash.sh). A port another process
+  // listens on is still refused.
+  caf::scoped_actor self{sys};
+  caf::expected<uint16_t> result{caf::sec::cannot_publish_invalid_actor};
+  self->request(control_plane(sys, cfg), caf::infinite, caf::publish_atom::value, cfg.prefill.port,
+                caf::actor_cast<caf::strong_actor_ptr>(gate), sys.message_types(gate),
+                cfg.prefill.host, true)
+      .receive([&](uint16_t port) { result = port; }, [&](caf::error& err) { result = err; });
+  return result;
+}
+
+/// Why a control-plane handshake may fail, for the error line: TLS on one
+/// side only, or a certificate of another CA, ends the handshake (or never
+/// starts it).
+std::string handshake_hint(const caf::error& err, const deployment_config& cfg) {
+  if (err != caf::sec::request_timeout && err != caf::sec::disconnect_during_handshake)
+    return "";
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.timeouts.connection).count();
+  return std::string{" (no handshake within "} + std::to_string(ms) + " ms; TLS is " +
+         (cfg.tls.enabled() ? "on" : "off") +
+         " here: is [tls] the same on both sides, with certificates of one CA?)";
+}
+
+/// The gate of the prefill rank at host:port, within `timeout` (plain caf-io or
+/// TLS). Bounded: a TLS server and a plain client (or the reverse) both wait
+/// for the other's first bytes, so an unbounded connect would hang forever.
+caf::expected<gate_actor> connect_gate(caf::actor_system& sys, const deployment_config& cfg,
+                                       const std::string& host, uint16_t port,
+                                       caf::timespan timeout) {
+  caf::scoped_actor self{sys};
+  caf::expected<gate_actor> result{caf::sec::cannot_connect_to_node};
+  self->request(control_plane(sys, cfg), timeout, caf::connect_atom::value, host, port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+            if (!ptr)
+              result = caf::make_error(caf::sec::no_actor_published_at_port);
+            else if (!sys.assignable<gate_actor>(ifs))
+              result = caf::make_error(caf::sec::unexpected_actor_messaging_interface);
+            else
+              result = caf::actor_cast<gate_actor>(std::move(ptr));
+          },
+          [&](caf::error& err) { result = std::move(err); });
+  return result;
+}
 
 double median_ms(std::vector<int64_t> ns) {
   if (ns.empty())
@@ -321,6 +437,8 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   auto cfg = load(config_path, config_role::prefill);
   if (!cfg)
     return 2;
+  if (!tls_ready(*cfg, "prefill"))
+    return 2;
   apply_log_level(*cfg, log_level);
   // Where this process may bind, checked before any socket or endpoint opens.
   if (!address_ok(check_bind(cfg->prefill.host, scope_of(*cfg)), "prefill") ||
@@ -352,11 +470,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
     (*node)->stop();
   };
-  // SO_REUSEADDR: a rank restarted after a crash must get its configured port
-  // back at once, although its predecessor's connections still hold it in
-  // TIME_WAIT for up to 60 s (tests/cluster/crash.sh). A port another process
-  // listens on is still refused.
-  auto port = sys.middleman().publish(gate, cfg->prefill.port, cfg->prefill.host.c_str(), true);
+  auto port = publish_gate(sys, gate, *cfg);
   if (!port) {
     std::cerr << "layerstream prefill: cannot publish on " << cfg->prefill.host << ":"
               << cfg->prefill.port << ": " << sys.render(port.error()) << "\n";
@@ -396,6 +510,8 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
   auto cfg = load(config_path, config_role::decode);
   if (!cfg)
     return 2;
+  if (!tls_ready(*cfg, "decode"))
+    return 2;
   apply_log_level(*cfg, log_level);
   // Where this process may bind and connect, checked before any socket opens.
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode"))
@@ -415,7 +531,11 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     // The prefill ranks may still be starting: retry until the connection timeout.
     auto deadline = std::chrono::steady_clock::now() + cfg->timeouts.connection;
     for (;;) {
-      auto h = sys.middleman().remote_actor<gate_actor>(host, port);
+      // Each attempt ends by the deadline: a TLS mismatch never answers at all.
+      auto left =
+          std::chrono::duration_cast<caf::timespan>(deadline - std::chrono::steady_clock::now());
+      auto h = connect_gate(sys, *cfg, host, port,
+                            std::max<caf::timespan>(left, std::chrono::milliseconds(100)));
       if (h) {
         // Both sides prove the cluster token before any fabric address or key moves.
         auto session = authenticate(sys, *h, cfg->cluster.token, cfg->timeouts.connection);
@@ -431,7 +551,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         std::cerr << "layerstream decode: cannot reach prefill rank at " << endpoint << ": "
-                  << sys.render(h.error()) << "\n";
+                  << sys.render(h.error()) << handshake_hint(h.error(), *cfg) << "\n";
         return 1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

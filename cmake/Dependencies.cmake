@@ -6,7 +6,7 @@ find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
-find_package(OpenSSL REQUIRED COMPONENTS Crypto) # HMAC of the control-plane handshake
+find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL) # HMAC of the control-plane handshake; SSL: the [tls] file check
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric>=1.17)
 find_path(TOMLPP_INCLUDE_DIR toml++/toml.h REQUIRED) # used header-only (config/CMakeLists.txt)
@@ -29,6 +29,26 @@ target_include_directories(caf::core SYSTEM INTERFACE ${CAF_CORE_INCLUDE_DIRS})
 target_link_libraries(caf::core INTERFACE ${CAF_CORE_LIBRARY} Threads::Threads)
 add_library(caf::io INTERFACE IMPORTED)
 target_link_libraries(caf::io INTERFACE ${CAF_IO_LIBRARY} caf::core)
+
+# CAF's OpenSSL module: TLS on the control plane ([tls] in the config). A CAF
+# built from source without it (scripts/build_caf_tsan.sh) gives a build whose
+# prefill and decode refuse a config that sets [tls].
+if(LAYERSTREAM_CAF_ROOT)
+  find_library(CAF_OPENSSL_LIBRARY caf_openssl PATHS ${LAYERSTREAM_CAF_ROOT}/lib NO_DEFAULT_PATH)
+else()
+  find_library(CAF_OPENSSL_LIBRARY caf_openssl)
+endif()
+add_library(caf::openssl INTERFACE IMPORTED)
+if(CAF_OPENSSL_LIBRARY)
+  set(LAYERSTREAM_HAVE_TLS ON)
+  # OpenSSL::SSL: the CLI checks the [tls] files with OpenSSL before CAF loads them.
+  target_link_libraries(caf::openssl INTERFACE ${CAF_OPENSSL_LIBRARY} caf::io OpenSSL::SSL)
+  target_compile_definitions(caf::openssl INTERFACE LAYERSTREAM_HAVE_TLS=1)
+else()
+  set(LAYERSTREAM_HAVE_TLS OFF)
+  message(STATUS "CAF's OpenSSL module (caf_openssl) not found: no TLS on the control plane")
+  target_link_libraries(caf::openssl INTERFACE caf::io)
+endif()
 
 # CUDA: detected, never required. The device layer's CUDA code (device/CMakeLists.txt)
 # builds only where nvcc exists, and only in the plain build: libcudart is not

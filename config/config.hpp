@@ -125,6 +125,20 @@ struct cluster_config {
   std::string network = "test";
 };
 
+/// [tls] TLS for the control plane (CAF's OpenSSL module), off by default.
+/// All three paths set: prefill publishes and decode connects over TLS, and
+/// each side verifies the other's certificate against ca_file (mutual). All
+/// three empty: plain caf-io. The token handshake runs on top either way.
+struct tls_config {
+  /// This node's certificate (PEM).
+  std::string certificate;
+  /// Its private key (PEM, unencrypted).
+  std::string key;
+  /// The CA (PEM) that signed every peer's certificate.
+  std::string ca_file;
+  bool enabled() const { return !certificate.empty() || !key.empty() || !ca_file.empty(); }
+};
+
 /// [log]
 struct log_config {
   /// trace, debug, info, warn, error, off
@@ -140,6 +154,7 @@ struct deployment_config {
   decode_config decode;
   workload_config workload;
   cluster_config cluster;
+  tls_config tls;
   log_config log;
 };
 

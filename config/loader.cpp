@@ -13,6 +13,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include "common/error.hpp"
@@ -69,6 +70,10 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("cp_size", c.cluster.cp_size);
   v.field("token", c.cluster.token);
   v.field("network", c.cluster.network);
+  v.table("tls");
+  v.field("certificate", c.tls.certificate);
+  v.field("key", c.tls.key);
+  v.field("ca_file", c.tls.ca_file);
   v.table("log");
   v.field("level", c.log.level);
 }
@@ -398,15 +403,25 @@ class field_reader {
 /// Emits `key = value` lines per table, in visit order.
 class toml_writer {
  public:
+  explicit toml_writer(secrets mode) : mode_(mode) {}
+
   void table(const char* name) {
     if (!out_.str().empty())
       out_ << '\n';
     out_ << '[' << name << "]\n";
+    table_ = name;
   }
 
   template <class T>
   void field(const char* key, const T& value) {
     out_ << key << " = " << format(value) << '\n';
+  }
+
+  void field(const char* key, const std::string& value) {
+    if (mode_ == secrets::redact && table_ == "cluster" && std::string_view{key} == "token")
+      out_ << key << " = " << quoted(redacted(value)) << '\n';
+    else
+      out_ << key << " = " << format(value) << '\n';
   }
 
   std::string str() const { return out_.str(); }
@@ -437,6 +452,8 @@ class toml_writer {
     return std::to_string(d.count());
   }
 
+  secrets mode_;
+  std::string table_;
   std::ostringstream out_;
 };
 
@@ -498,7 +515,46 @@ void check_positive(const std::string& file, const char* key,
     refuse(file, key, "must be positive, got " + std::to_string(d.count()));
 }
 
+/// [tls]: all three paths or none.
+void check_tls_keys(const tls_config& tls, const std::string& file) {
+  if (!tls.enabled())
+    return;
+  using named = std::pair<const char*, const std::string*>;
+  for (auto [key, value] : std::initializer_list<named>{{"tls.certificate", &tls.certificate},
+                                                        {"tls.key", &tls.key},
+                                                        {"tls.ca_file", &tls.ca_file}})
+    if (value->empty())
+      refuse(file, key,
+             "missing: TLS needs all three of tls.certificate, tls.key and tls.ca_file "
+             "(or none of them for plain caf-io)");
+}
+
+/// prefill and decode open the [tls] files: each must be a readable file.
+void check_tls_files(const tls_config& tls, const std::string& file) {
+  if (!tls.enabled())
+    return;
+  using named = std::pair<const char*, const std::string*>;
+  for (auto [key, path] : std::initializer_list<named>{{"tls.certificate", &tls.certificate},
+                                                       {"tls.key", &tls.key},
+                                                       {"tls.ca_file", &tls.ca_file}}) {
+    // Only a regular file: a FIFO or a device (/dev/stdin) could block the read.
+    struct stat st {};
+    if (::stat(path->c_str(), &st) != 0)
+      refuse(file, key, "cannot read \"" + *path + "\": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+      refuse(file, key, "cannot read \"" + *path + "\": not a regular file");
+    errno = 0;
+    std::ifstream in{*path, std::ios::binary};
+    char byte = 0;
+    if (!in || !in.get(byte))
+      refuse(file, key,
+             "cannot read \"" + *path + "\": " +
+                 (errno != 0 ? std::string{std::strerror(errno)} : std::string{"empty file"}));
+  }
+}
+
 void check_general(const deployment_config& c, const std::string& file) {
+  check_tls_keys(c.tls, file);
   const auto& m = c.model;
   using named = std::pair<const char*, uint64_t>;
   for (auto [key, value] : std::initializer_list<named>{{"model.layers", m.layers},
@@ -656,6 +712,7 @@ void check_role(const deployment_config& c, config_role role, const std::string&
     if (c.prefill.host.empty())
       refuse(file, "prefill.host", "required for a prefill rank: the address to publish on");
     check_token(c, file);
+    check_tls_files(c.tls, file);
     check_prefill_pool(c, file);
     break;
   case config_role::decode:
@@ -668,6 +725,7 @@ void check_role(const deployment_config& c, config_role role, const std::string&
                  " prefill ranks but cluster.cp_size is " + std::to_string(c.cluster.cp_size) +
                  " (one \"host:port\" per CP rank)");
     check_token(c, file);
+    check_tls_files(c.tls, file);
     check_decode_pool(c, file);
     break;
   }
@@ -763,8 +821,14 @@ std::optional<config_error> validate_for(const deployment_config& cfg, config_ro
   }
 }
 
-std::string to_toml(const deployment_config& cfg) {
-  toml_writer w;
+std::string redacted(const std::string& secret) {
+  if (secret.empty())
+    return "";
+  return "<redacted: " + std::to_string(secret.size()) + " chars>";
+}
+
+std::string to_toml(const deployment_config& cfg, secrets mode) {
+  toml_writer w{mode};
   visit_fields(cfg, w);
   return w.str();
 }
@@ -772,7 +836,7 @@ std::string to_toml(const deployment_config& cfg) {
 bool same_config(const deployment_config& a, const deployment_config& b) {
   // to_toml prints every field exactly (shortest round-trip doubles), so equal
   // texts mean equal fields; one field list to maintain instead of two.
-  return to_toml(a) == to_toml(b);
+  return to_toml(a, secrets::reveal) == to_toml(b, secrets::reveal);
 }
 
 caf::error to_error(const config_error& err) {

@@ -72,9 +72,21 @@ std::optional<config_error> validate(const deployment_config& cfg, const std::st
 std::optional<config_error> validate_for(const deployment_config& cfg, config_role role,
                                          const std::string& file = "");
 
-/// The config as TOML with every key (for logs and reports); loading it gives
-/// back an equal config.
-std::string to_toml(const deployment_config& cfg);
+/// Whether to_toml prints the cluster token or only its length.
+enum class secrets {
+  /// `token = "<redacted: 24 chars>"`: for anything printed or logged.
+  redact,
+  /// The token itself: for writing a config file that loads back equal.
+  reveal,
+};
+
+/// The token as printed: "<redacted: N chars>", or "" when it is empty.
+std::string redacted(const std::string& secret);
+
+/// The config as TOML with every key (for logs and reports: the token is
+/// redacted unless `mode` is reveal); loading a revealed text gives back an
+/// equal config.
+std::string to_toml(const deployment_config& cfg, secrets mode = secrets::redact);
 
 /// Field-by-field equality (deployment_config has no operator==).
 bool same_config(const deployment_config& a, const deployment_config& b);

@@ -18,6 +18,38 @@ std::string to_string(room_state state) {
   return "unknown";
 }
 
+namespace {
+
+uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
+  return tokens / page_size + (tokens % page_size != 0 ? 1 : 0);
+}
+
+} // namespace
+
+caf::error check_transfer_info(const transfer_info& info, const transfer_info_shape& shape) {
+  auto fail = [&](std::string what) {
+    return make_error(lserr::bad_input,
+                      "transfer_info of room " + std::to_string(info.room) + ": " + what);
+  };
+  if (info.prompt_tokens == 0)
+    return fail("prompt_tokens is 0");
+  const auto pages = pages_for(info.prompt_tokens, shape.page_size);
+  if (info.dst_pages.size() != pages)
+    return fail("dst_pages holds " + std::to_string(info.dst_pages.size()) + " pages, " +
+                std::to_string(info.prompt_tokens) + " tokens need " + std::to_string(pages));
+  if (info.cp_size != shape.cp_size)
+    return fail("cp_size " + std::to_string(info.cp_size) + ", this cluster has " +
+                std::to_string(shape.cp_size));
+  if (info.dst_k_ptrs.size() != shape.layers ||
+      info.dst_v_ptrs.size() != (shape.mla ? 0u : shape.layers))
+    return fail("pointer lists do not match the model (" + std::to_string(shape.layers) +
+                " layers, " + (shape.mla ? "MLA" : "K/V") + ")");
+  if (info.item_lens != shape.item_lens)
+    return fail("item_lens differ from this rank's page size of " + std::to_string(shape.item_len) +
+                " bytes");
+  return caf::none;
+}
+
 void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<remote_region>("layerstream::remote_region");
   cfg.add_message_type<fabric_peer>("layerstream::fabric_peer");

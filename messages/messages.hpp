@@ -15,6 +15,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include "device/event.hpp"
+#include "messages/bounded.hpp"
 #include "transport/transfer_plan.hpp"
 
 namespace layerstream {
@@ -41,7 +42,7 @@ struct remote_region {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, remote_region& x) {
-  return f(caf::meta::type_name("remote_region"), x.base, x.length, x.key);
+  return inspect_fields(f, caf::meta::type_name("remote_region"), x.base, x.length, x.key);
 }
 
 /// How to reach one decode rank's KV pool over the fabric.
@@ -58,7 +59,7 @@ struct fabric_peer {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fabric_peer& x) {
-  return f(caf::meta::type_name("fabric_peer"), x.provider, x.address, x.regions);
+  return inspect_fields(f, caf::meta::type_name("fabric_peer"), x.provider, x.address, x.regions);
 }
 
 /// scheduler -> transport: make a decode endpoint reachable. Answered with
@@ -70,7 +71,7 @@ struct connect_peer {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, connect_peer& x) {
-  return f(caf::meta::type_name("connect_peer"), x.peer);
+  return inspect_fields(f, caf::meta::type_name("connect_peer"), x.peer);
 }
 
 /// What one context needs to stream one request (or one chunk of it) on one rank.
@@ -89,7 +90,8 @@ struct request_transfer {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_transfer& x) {
-  return f(caf::meta::type_name("request_transfer"), x.room, x.peer, x.plan, x.ptrs);
+  return inspect_fields(f, caf::meta::type_name("request_transfer"), x.room, x.peer, x.plan,
+                        x.ptrs);
 }
 
 /// scheduler -> manager, before the forward: the requests whose KV this
@@ -101,7 +103,7 @@ struct setup {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, setup& x) {
-  return f(caf::meta::type_name("setup"), x.batch);
+  return inspect_fields(f, caf::meta::type_name("setup"), x.batch);
 }
 
 /// notifier -> manager (one per layer, from the forward thread);
@@ -117,7 +119,7 @@ struct layer_end {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_end& x) {
-  return f(caf::meta::type_name("layer_end"), x.layer);
+  return inspect_fields(f, caf::meta::type_name("layer_end"), x.layer);
 }
 
 /// event waiter -> context, once the layer's write event completed (or failed).
@@ -131,7 +133,7 @@ struct event_ready {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, event_ready& x) {
-  return f(caf::meta::type_name("event_ready"), x.layer, x.status);
+  return inspect_fields(f, caf::meta::type_name("event_ready"), x.layer, x.status);
 }
 
 /// context -> transport: write these blocks (one layer of one room) to `peer`.
@@ -147,7 +149,7 @@ struct submit {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit& x) {
-  return f(caf::meta::type_name("submit"), x.room, x.layer, x.peer, x.blocks);
+  return inspect_fields(f, caf::meta::type_name("submit"), x.room, x.layer, x.peer, x.blocks);
 }
 
 /// transport -> context, the answer to `submit`: every block is
@@ -164,7 +166,7 @@ struct submit_done {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_done& x) {
-  return f(caf::meta::type_name("submit_done"), x.room, x.layer, x.status, x.bytes);
+  return inspect_fields(f, caf::meta::type_name("submit_done"), x.room, x.layer, x.status, x.bytes);
 }
 
 /// One room's part of a batched submit.
@@ -178,7 +180,7 @@ struct room_blocks {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_blocks& x) {
-  return f(caf::meta::type_name("room_blocks"), x.room, x.blocks);
+  return inspect_fields(f, caf::meta::type_name("room_blocks"), x.room, x.blocks);
 }
 
 /// context -> transport: one layer of several rooms of one forward batch,
@@ -197,7 +199,7 @@ struct submit_batch {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_batch& x) {
-  return f(caf::meta::type_name("submit_batch"), x.layer, x.peer, x.rooms);
+  return inspect_fields(f, caf::meta::type_name("submit_batch"), x.layer, x.peer, x.rooms);
 }
 
 /// transport -> context, the answer to `submit_batch` once every room's
@@ -212,7 +214,7 @@ struct submit_batch_done {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_batch_done& x) {
-  return f(caf::meta::type_name("submit_batch_done"), x.layer, x.rooms);
+  return inspect_fields(f, caf::meta::type_name("submit_batch_done"), x.layer, x.rooms);
 }
 
 /// scheduler -> manager -> context, after the forward.
@@ -223,7 +225,7 @@ struct finish {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish& x) {
-  return f(caf::meta::type_name("finish"), x.room);
+  return inspect_fields(f, caf::meta::type_name("finish"), x.room);
 }
 
 /// context -> manager -> scheduler, the answer to `finish`: sent once every
@@ -251,8 +253,8 @@ struct finish_result {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish_result& x) {
-  return f(caf::meta::type_name("finish_result"), x.room, x.status, x.layers_sent, x.bytes,
-           x.unreported_layers);
+  return inspect_fields(f, caf::meta::type_name("finish_result"), x.room, x.status, x.layers_sent,
+                        x.bytes, x.unreported_layers);
 }
 
 /// context -> itself: the deadline for `room`'s outstanding layers after its `finish`.
@@ -265,7 +267,7 @@ struct finish_deadline {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish_deadline& x) {
-  return f(caf::meta::type_name("finish_deadline"), x.room);
+  return inspect_fields(f, caf::meta::type_name("finish_deadline"), x.room);
 }
 
 /// decode -> each prefill rank's scheduler (control plane, caf-io): a request
@@ -295,9 +297,26 @@ struct transfer_info {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_info& x) {
-  return f(caf::meta::type_name("transfer_info"), x.room, x.prompt_tokens, x.decode, x.dst_pages,
-           x.dst_k_ptrs, x.dst_v_ptrs, x.item_lens, x.cp_size);
+  return inspect_fields(f, caf::meta::type_name("transfer_info"), x.room, x.prompt_tokens, x.decode,
+                        x.dst_pages, x.dst_k_ptrs, x.dst_v_ptrs, x.item_lens, x.cp_size);
 }
+
+/// What a prefill rank expects of every transfer_info it receives: its
+/// model's geometry and its cluster's CP size.
+struct transfer_info_shape {
+  uint32_t page_size = 1;
+  uint32_t cp_size = 1;
+  uint32_t layers = 0;
+  bool mla = false;
+  /// Bytes of one page (for the error text) and the exact item_lens expected.
+  uint64_t item_len = 0;
+  std::vector<uint64_t> item_lens;
+};
+
+/// The checks a prefill rank applies to a transfer_info on receipt, before
+/// any page is allocated: lengths match the prompt, the model and the
+/// cluster. Addresses are checked later, against the advertised regions.
+caf::error check_transfer_info(const transfer_info& info, const transfer_info_shape& shape);
 
 /// prefill rank -> decode, the answer to transfer_info: sent only after all
 /// of that rank's writes for the room completed (status ok), or with the reason
@@ -315,7 +334,7 @@ struct kv_ready {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_ready& x) {
-  return f(caf::meta::type_name("kv_ready"), x.room, x.cp_rank, x.status, x.bytes);
+  return inspect_fields(f, caf::meta::type_name("kv_ready"), x.room, x.cp_rank, x.status, x.bytes);
 }
 
 // -- control-plane authentication (node/auth.hpp) ----------------------------
@@ -334,7 +353,7 @@ struct auth_hello {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, auth_hello& x) {
-  return f(caf::meta::type_name("auth_hello"), x.client_nonce);
+  return inspect_fields(f, caf::meta::type_name("auth_hello"), x.client_nonce);
 }
 
 /// prefill gate -> decode, the answer to auth_hello: the gate's nonce and its
@@ -349,7 +368,7 @@ struct auth_challenge {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, auth_challenge& x) {
-  return f(caf::meta::type_name("auth_challenge"), x.server_nonce, x.server_proof);
+  return inspect_fields(f, caf::meta::type_name("auth_challenge"), x.server_nonce, x.server_proof);
 }
 
 /// decode -> prefill gate: its proof for one challenge (used once). Answered
@@ -364,7 +383,7 @@ struct auth_proof {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, auth_proof& x) {
-  return f(caf::meta::type_name("auth_proof"), x.server_nonce, x.client_proof);
+  return inspect_fields(f, caf::meta::type_name("auth_proof"), x.server_nonce, x.client_proof);
 }
 
 // -- scheduler (prefill rank) ------------------------------------------------
@@ -384,7 +403,8 @@ struct batch_done {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_done& x) {
-  return f(caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns, x.notify_ns);
+  return inspect_fields(f, caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns,
+                        x.notify_ns);
 }
 
 /// local (bench) -> scheduler: start no forward batch until `rooms` requests
@@ -401,7 +421,7 @@ struct hold_forward {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hold_forward& x) {
-  return f(caf::meta::type_name("hold_forward"), x.rooms, x.id, x.max_wait);
+  return inspect_fields(f, caf::meta::type_name("hold_forward"), x.rooms, x.id, x.max_wait);
 }
 
 struct stats_query {
@@ -410,7 +430,7 @@ struct stats_query {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_query&) {
-  return f(caf::meta::type_name("stats_query"));
+  return inspect_fields(f, caf::meta::type_name("stats_query"));
 }
 
 /// What one rank did so far.
@@ -441,8 +461,9 @@ struct scheduler_stats {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
-  return f(caf::meta::type_name("scheduler_stats"), x.rooms_complete, x.rooms_failed, x.bytes,
-           x.forward_ns, x.tail_ns, x.notify_ns, x.rooms_open, x.pages_free, x.pages_total);
+  return inspect_fields(f, caf::meta::type_name("scheduler_stats"), x.rooms_complete,
+                        x.rooms_failed, x.bytes, x.forward_ns, x.tail_ns, x.notify_ns, x.rooms_open,
+                        x.pages_free, x.pages_total);
 }
 
 // -- receiver (decode rank) --------------------------------------------------
@@ -459,7 +480,7 @@ struct open_room {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, open_room& x) {
-  return f(caf::meta::type_name("open_room"), x.room, x.prompt_tokens);
+  return inspect_fields(f, caf::meta::type_name("open_room"), x.room, x.prompt_tokens);
 }
 
 /// receiver -> decode driver (the answer to open_room) and -> the optional
@@ -483,8 +504,8 @@ struct room_result {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_result& x) {
-  return f(caf::meta::type_name("room_result"), x.room, x.status, x.bytes, x.bit_exact,
-           x.started_ns, x.finished_ns);
+  return inspect_fields(f, caf::meta::type_name("room_result"), x.room, x.status, x.bytes,
+                        x.bit_exact, x.started_ns, x.finished_ns);
 }
 
 /// decode driver -> receiver: decode consumed a finished room; release its
@@ -496,7 +517,7 @@ struct close_room {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, close_room& x) {
-  return f(caf::meta::type_name("close_room"), x.room);
+  return inspect_fields(f, caf::meta::type_name("close_room"), x.room);
 }
 
 /// anyone -> receiver: where does `room` stand? Answered with room_status,
@@ -510,7 +531,7 @@ struct room_status_query {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_status_query& x) {
-  return f(caf::meta::type_name("room_status_query"), x.room);
+  return inspect_fields(f, caf::meta::type_name("room_status_query"), x.room);
 }
 
 enum class room_state : uint8_t {
@@ -535,7 +556,7 @@ struct room_status {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_status& x) {
-  return f(caf::meta::type_name("room_status"), x.room, x.state, x.reason);
+  return inspect_fields(f, caf::meta::type_name("room_status"), x.room, x.state, x.reason);
 }
 
 /// Registers every message type above with `cfg`, under fixed names.

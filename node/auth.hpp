@@ -14,7 +14,7 @@
 // dropped). A session forwards transfer_info to the scheduler only from the
 // node that authenticated, and answers itself, so the scheduler's handle
 // never leaves the process and no unauthenticated peer can address it.
-// Limit: without TLS the control plane is plain text: the token is safe, but
+// Limit: without [tls] (config/README.md) the control plane is plain text: the token is safe, but
 // an on-path attacker could still read or hijack an authenticated connection.
 #pragma once
 

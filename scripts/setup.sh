@@ -18,7 +18,7 @@ jobs=${LAYERSTREAM_JOBS:-$(nproc)}
 
 packages=(cmake g++ make pkg-config python3 libcaf-dev libfabric-dev libfabric-bin
   libspdlog-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libgtest-dev
-  libbenchmark-dev iproute2 libssl-dev clang)
+  libbenchmark-dev iproute2 libssl-dev openssl clang)
 
 log() { echo "setup: $*" >&2; }
 

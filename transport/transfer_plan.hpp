@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "messages/bounded.hpp"
 
 namespace layerstream {
 
@@ -29,7 +30,7 @@ struct block {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, block& x) {
-  return f(caf::meta::type_name("block"), x.src, x.dst, x.len);
+  return inspect_fields(f, caf::meta::type_name("block"), x.src, x.dst, x.len);
 }
 
 /// A maximal run of positions where src and dst page indices both step by +1.
@@ -44,7 +45,7 @@ struct page_run {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, page_run& x) {
-  return f(caf::meta::type_name("page_run"), x.src_page, x.dst_page, x.pages);
+  return inspect_fields(f, caf::meta::type_name("page_run"), x.src_page, x.dst_page, x.pages);
 }
 
 /// Where this rank's page list sits in the request, and which slice it owns.
@@ -84,7 +85,7 @@ struct transfer_plan {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_plan& x) {
-  return f(caf::meta::type_name("transfer_plan"), x.runs, x.pages);
+  return inspect_fields(f, caf::meta::type_name("transfer_plan"), x.runs, x.pages);
 }
 
 /// Cuts the page lists to the positions this rank owns inside this chunk
@@ -122,7 +123,8 @@ struct kv_pointers {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_pointers& x) {
-  return f(caf::meta::type_name("kv_pointers"), x.src_k, x.dst_k, x.src_v, x.dst_v, x.item_lens);
+  return inspect_fields(f, caf::meta::type_name("kv_pointers"), x.src_k, x.dst_k, x.src_v, x.dst_v,
+                        x.item_lens);
 }
 
 /// Checks list lengths and item_lens (no layers, mismatched pointer lists,

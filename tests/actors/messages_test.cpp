@@ -3,6 +3,10 @@
 #define CAF_SUITE messages
 #include "fixture.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 
@@ -10,6 +14,38 @@ using namespace layerstream;
 using namespace layerstream::testing;
 
 namespace {
+
+// The largest single operator-new request since the last reset: a hostile
+// length must never turn into a large allocation.
+std::atomic<size_t> largest_new{0};
+
+} // namespace
+
+// The replacements below pair malloc with free, which GCC cannot see once it
+// inlines them into callers that use new and delete.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+void* operator new(std::size_t n) {
+  auto cur = largest_new.load(std::memory_order_relaxed);
+  while (n > cur && !largest_new.compare_exchange_weak(cur, n, std::memory_order_relaxed)) {
+  }
+  if (void* p = std::malloc(n == 0 ? 1 : n))
+    return p;
+  throw std::bad_alloc{};
+}
+
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace {
+
+/// 2^32 - 1 as CAF's varbyte sequence length: 5 bytes that claim 4 GiB.
+const std::vector<char> hostile_length = {'\xff', '\xff', '\xff', '\xff', '\x0f'};
 
 struct messages_fixture : test_coordinator_fixture<test_config> {
   /// Serializes `x` inside a message and reads it back as a new message.
@@ -27,7 +63,32 @@ struct messages_fixture : test_coordinator_fixture<test_config> {
     CAF_REQUIRE(copy.match_elements<T>());
     CAF_CHECK_EQUAL(copy.get_as<T>(0), x);
   }
+
+  /// Decodes a T from `bytes` as caf-io does; returns the error and records
+  /// the largest allocation made meanwhile in `largest`.
+  template <class T>
+  caf::error decode(const std::vector<char>& bytes, size_t& largest) {
+    T x;
+    caf::binary_deserializer source{sys, bytes};
+    largest_new = 0;
+    auto err = source(x);
+    largest = largest_new;
+    return err;
+  }
+
+  template <class T>
+  std::vector<char> encode(const T& x) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    CAF_REQUIRE(!sink(x));
+    return buf;
+  }
 };
+
+template <class T>
+void append(std::vector<char>& buf, const T& tail) {
+  buf.insert(buf.end(), tail.begin(), tail.end());
+}
 
 fabric_peer some_peer() {
   return fabric_peer{"tcp;ofi_rxm", {1, 2, 3, 255}, {{1ull << 63, 4096, 77}, {4096, 1, 0}}};
@@ -87,6 +148,55 @@ CAF_TEST(an error keeps its code and message across the wire) {
   auto got = copy.get_as<kv_ready>(0).status;
   CAF_CHECK(is(got, lserr::out_of_region));
   CAF_CHECK_EQUAL(describe(got), "out_of_region: dst 0x10 outside region 0");
+}
+
+CAF_TEST(a 5 - byte hostile length is refused with an error instead of allocating 4 GiB) {
+  size_t largest = 0;
+  // A nonce (std::vector<uint8_t>: CAF 0.17 would resize it to the claimed length first).
+  auto err = decode<auth_hello>(hostile_length, largest);
+  CAF_CHECK(is(err, lserr::bad_input));
+  CAF_MESSAGE(describe(err));
+  CAF_CHECK_LESS(largest, size_t{1} << 16);
+  // The same nested: a transfer_info's fabric address.
+  std::vector<char> bytes = encode(transfer_info{42, 7, {}, {}, {}, {}, {}, 1});
+  bytes.resize(8 + 8 + 1); // room, prompt_tokens, the peer's provider (empty); then its address
+  append(bytes, hostile_length);
+  err = decode<transfer_info>(bytes, largest);
+  CAF_CHECK(is(err, lserr::bad_input));
+  CAF_CHECK_LESS(largest, size_t{1} << 16);
+  // A sequence of 64-bit values claiming more elements than bytes are left.
+  bytes = encode(transfer_info{42, 7, {}, {}, {}, {}, {}, 1});
+  bytes.resize(8 + 8 + 1 + 1 + 1); // ... empty address, empty regions; then dst_pages
+  append(bytes, hostile_length);
+  err = decode<transfer_info>(bytes, largest);
+  CAF_CHECK(is(err, lserr::bad_input));
+  CAF_CHECK_LESS(largest, size_t{1} << 16);
+  // A string: binary_deserializer checks its length against the bytes left itself.
+  bytes = encode(room_status{1, room_state::failed, ""});
+  bytes.pop_back();
+  append(bytes, hostile_length);
+  err = decode<room_status>(bytes, largest);
+  CAF_CHECK(err);
+  CAF_CHECK_LESS(largest, size_t{1} << 16);
+}
+
+CAF_TEST(a hostile length inside an error context is refused too) {
+  // A kv_ready whose status carries a CAF built-in std::vector<char>: the
+  // bound applies to everything decoded inside our types.
+  caf::error status{static_cast<uint8_t>(lserr::bad_input), caf::atom("lserr"),
+                    caf::make_message(std::vector<char>(10, 'A'))};
+  auto bytes = encode(kv_ready{1, 0, status, 0});
+  const std::string tail = std::string{"\x0a"} + std::string(10, 'A');
+  auto at = std::string{bytes.begin(), bytes.end()}.find(tail);
+  CAF_REQUIRE(at != std::string::npos);
+  bytes.resize(at);
+  append(bytes, hostile_length);
+  size_t largest = 0;
+  // CAF drops the error of a context message (error::apply): the refusal
+  // sticks, so the next field of kv_ready fails with it.
+  auto err = decode<kv_ready>(bytes, largest);
+  CAF_CHECK(is(err, lserr::bad_input));
+  CAF_CHECK_LESS(largest, size_t{1} << 16);
 }
 
 CAF_TEST(no error is none of the codes and describes itself as ok) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "common/error.hpp"
 
@@ -562,6 +563,48 @@ TEST(ConfigRoles, PrefillAndDecodeNeedTheClusterToken) {
   expect_invalid(cfg, config_role::decode, "cluster.token", "too short: 15 characters");
 }
 
+TEST(ConfigLoader, TlsNeedsAllThreePathsOrNone) {
+  expect_refused("[tls]\ncertificate = \"a.pem\"\nkey = \"a.key\"\n", "tls.ca_file",
+                 "TLS needs all three of tls.certificate, tls.key and tls.ca_file");
+  expect_refused("[tls]\nca_file = \"ca.pem\"\n", "tls.certificate", "missing");
+  auto res = load_config_string("[tls]\ncertificate = \"a.pem\"\nkey = \"a.key\"\n"
+                                "ca_file = \"ca.pem\"\n",
+                                "t.toml");
+  ASSERT_TRUE(std::holds_alternative<deployment_config>(res));
+  const auto& tls = std::get<deployment_config>(res).tls;
+  EXPECT_TRUE(tls.enabled());
+  EXPECT_EQ(tls.certificate, "a.pem");
+  EXPECT_EQ(tls.key, "a.key");
+  EXPECT_EQ(tls.ca_file, "ca.pem");
+  EXPECT_FALSE(deployment_config{}.tls.enabled()); // off by default
+}
+
+TEST(ConfigRoles, PrefillAndDecodeNeedReadableTlsFiles) {
+  auto dir = fs::temp_directory_path() / ("ls-config-tls-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* name : {"node.pem", "node.key", "ca.pem"})
+    std::ofstream{dir / name} << "-----BEGIN TEST-----\n";
+  std::ofstream{dir / "empty.pem"}.flush();
+  auto cfg = valid_config();
+  cfg.tls = {(dir / "node.pem").string(), (dir / "node.key").string(), (dir / "ca.pem").string()};
+  for (auto role : {config_role::demo, config_role::prefill, config_role::decode})
+    EXPECT_FALSE(validate_for(cfg, role).has_value()) << to_string(role);
+  cfg.tls.key = (dir / "missing.key").string();
+  expect_invalid(cfg, config_role::prefill, "tls.key", "No such file or directory");
+  expect_invalid(cfg, config_role::decode, "tls.key", "cannot read");
+  EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value()); // no control plane
+  cfg.tls.key = (dir / "node.key").string();
+  cfg.tls.ca_file = (dir / "empty.pem").string();
+  expect_invalid(cfg, config_role::decode, "tls.ca_file", "empty file");
+  cfg.tls.ca_file = dir.string(); // a directory
+  expect_invalid(cfg, config_role::prefill, "tls.ca_file", "not a regular file");
+  cfg.tls.ca_file = "/dev/stdin"; // never read: it could block
+  expect_invalid(cfg, config_role::prefill, "tls.ca_file", "cannot read");
+  cfg.tls.certificate.clear();
+  expect_invalid(cfg, config_role::demo, "tls.certificate", "TLS needs all three");
+  fs::remove_all(dir);
+}
+
 TEST(ConfigLoader, NonAsciiTextIsRefusedWithItsLine) {
   // toml++ 3.3 has undefined behaviour on some non-ASCII whitespace (fuzzer finding).
   expect_refused("[model]\nlayers = 4\n# caf\xc3\xa9\n", "", "non-ASCII byte");
@@ -634,10 +677,10 @@ TEST(ConfigToToml, EveryShippedFileRoundTrips) {
   for (const auto& path : shipped_files()) {
     SCOPED_TRACE(path.string());
     auto cfg = load_ok(path);
-    auto text = to_toml(cfg);
+    auto text = to_toml(cfg, secrets::reveal);
     auto again = parse_ok(text);
     EXPECT_TRUE(same_config(again, cfg)) << text;
-    EXPECT_EQ(to_toml(again), text);
+    EXPECT_EQ(to_toml(again, secrets::reveal), text);
   }
 }
 
@@ -656,7 +699,8 @@ TEST(ConfigToToml, UnusualValuesRoundTrip) {
   cfg.workload.seed = 9223372036854775807u;
   cfg.workload.fragmentation = 0.1;
   cfg.log.level = "off";
-  auto text = to_toml(cfg);
+  cfg.cluster.token = "a \"quoted\" token of some length";
+  auto text = to_toml(cfg, secrets::reveal);
   auto again = parse_ok(text);
   EXPECT_TRUE(same_config(again, cfg)) << text;
   EXPECT_EQ(again.fabric.bind_address, cfg.fabric.bind_address);
@@ -672,6 +716,20 @@ TEST(ConfigToToml, ItNamesEveryTableAndDurationsWithTheirUnit) {
     EXPECT_NE(text.find(needle), std::string::npos) << needle << " in\n" << text;
 }
 
+TEST(ConfigToToml, TheTokenIsRedactedUnlessRevealed) {
+  auto cfg = valid_config();
+  cfg.cluster.token = "0123456789abcdef01234567"; // 24 characters
+  auto text = to_toml(cfg);
+  EXPECT_EQ(text.find(cfg.cluster.token), std::string::npos) << text;
+  EXPECT_NE(text.find("token = \"<redacted: 24 chars>\""), std::string::npos) << text;
+  EXPECT_NE(to_toml(cfg, secrets::reveal).find("token = \"" + cfg.cluster.token + "\""),
+            std::string::npos);
+  // No token: nothing to hide, printed as empty (a redacted text never loads as a valid token).
+  cfg.cluster.token.clear();
+  EXPECT_NE(to_toml(cfg).find("token = \"\""), std::string::npos);
+  EXPECT_EQ(redacted("short"), "<redacted: 5 chars>");
+}
+
 TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
   auto a = valid_config();
   auto b = a;
@@ -680,5 +738,8 @@ TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
   EXPECT_FALSE(same_config(a, b));
   b = a;
   b.decode.prefill.push_back("c:3");
+  EXPECT_FALSE(same_config(a, b));
+  b = a;
+  b.cluster.token += "x"; // redacted in print, still compared
   EXPECT_FALSE(same_config(a, b));
 }

@@ -160,9 +160,20 @@ token = "$1"
 EOF
 }
 
+# TLS on the control plane (tests/process/tls.sh): "CERT KEY CA" paths, or
+# empty for plain caf-io.
+PREFILL_TLS=${PREFILL_TLS:-}
+DECODE_TLS=${DECODE_TLS:-}
+tls_toml() { # "CERT KEY CA" or ""
+  [ -n "$1" ] || return 0
+  local cert key ca
+  read -r cert key ca <<<"$1"
+  printf '\n[tls]\ncertificate = "%s"\nkey = "%s"\nca_file = "%s"\n' "$cert" "$key" "$ca"
+}
+
 # write_prefill_config FILE RANK PORT
 write_prefill_config() {
-  { common_toml "$TOKEN"; cat <<EOF
+  { common_toml "$TOKEN"; tls_toml "$PREFILL_TLS"; cat <<EOF
 
 [transfer]
 per_layer = true
@@ -186,7 +197,7 @@ write_decode_config() {
   shift
   local list="" p
   for p in "$@"; do list+="${list:+, }\"127.0.0.1:$p\""; done
-  { common_toml "$DECODE_TOKEN"; cat <<EOF
+  { common_toml "$DECODE_TOKEN"; tls_toml "$DECODE_TLS"; cat <<EOF
 
 [decode]
 pool_pages = $POOL_PAGES
