@@ -20,6 +20,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <string>
 #include <thread>
 
 #include <benchmark/benchmark.h>
@@ -40,25 +42,48 @@ struct bench_config : caf::actor_system_config {
   }
 };
 
-caf::actor_system& bench_system() {
-  static bench_config cfg;
-  static caf::actor_system sys{cfg};
+/// The benchmarks' actor system. main() destroys it before exit: left to
+/// static destruction it ran after CAF's own statics were gone and crashed
+/// ("corrupted double-linked list"; ASan: SEGV in ~actor_system).
+std::unique_ptr<caf::actor_system>& system_slot() {
+  static std::unique_ptr<caf::actor_system> sys;
   return sys;
 }
 
-/// A transport that must never be reached (contexts in these benchmarks own no pages).
-caf::behavior unreachable_transport() {
-  return {[](submit& msg) -> submit_done {
-    std::cerr << "BM_Notifier: unexpected submit for room " << msg.room << "\n";
+caf::actor_system& bench_system() {
+  static bench_config cfg;
+  auto& sys = system_slot();
+  if (!sys)
+    sys = std::make_unique<caf::actor_system>(cfg);
+  return *sys;
+}
+
+/// A transport that must never be reached (contexts in these benchmarks own
+/// no pages). The name is a spawn argument: CAF 0.17's spawn of a function
+/// without arguments dereferences a null tuple (UBSan reports it).
+caf::behavior unreachable_transport(caf::event_based_actor*, std::string who) {
+  auto fail = [who](room_id room) {
+    std::cerr << who << ": unexpected submit for room " << room << "\n";
     std::abort();
-  }};
+  };
+  return {
+      [fail](submit& msg) -> submit_done {
+        fail(msg.room);
+        return {};
+      },
+      [fail](submit_batch& msg) -> submit_batch_done {
+        fail(msg.rooms.empty() ? 0 : msg.rooms.front().room);
+        return {};
+      },
+  };
 }
 
 void notifier_bench(benchmark::State& state, notifier_options opts) {
   auto& sys = bench_system();
   const auto contexts = static_cast<room_id>(state.range(0));
   constexpr uint32_t layers = 64;
-  auto transport = caf::actor_cast<submit_sink>(sys.spawn(unreachable_transport));
+  auto transport =
+      caf::actor_cast<submit_sink>(sys.spawn(unreachable_transport, std::string{"BM_Notifier"}));
   auto mgr = sys.spawn(manager_impl, transport, manager_config{});
   caf::scoped_actor self{sys};
   // One setup per room: one context each (as many forward batches in
@@ -220,4 +245,12 @@ BENCHMARK(BM_LayerBlocksContiguous)->Arg(1)->Arg(1024)->Arg(128 * 1024);
 
 } // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv))
+    return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  system_slot().reset(); // waits for the benchmarks' actors, which all got an exit
+  return 0;
+}
