@@ -85,9 +85,8 @@ void on_submit_done(self_ptr self, size_t idx, uint32_t layer, caf::error status
 
 /// One decode peer's share of a layer: the rooms and their blocks.
 struct peer_group {
-  peer_id peer = 0;
   std::vector<size_t> rooms; // indices into context_state::rooms
-  submit_batch msg;
+  submit_batch msg;          // its peer and layer say where and what
 };
 
 /// Sends one group: a plain submit for a single room, else one submit_batch.
@@ -99,7 +98,7 @@ void send_group(self_ptr self, uint32_t layer, peer_group& g) {
   };
   if (g.rooms.size() == 1) {
     auto idx = g.rooms.front();
-    submit one{g.msg.rooms.front().room, layer, g.peer, std::move(g.msg.rooms.front().blocks)};
+    submit one{g.msg.rooms.front().room, layer, g.msg.peer, std::move(g.msg.rooms.front().blocks)};
     self->request(st.transport, st.cfg.submit_timeout, std::move(one))
         .then(
             [self, idx, layer](const submit_done& done) {
@@ -160,9 +159,9 @@ void on_event_ready(self_ptr self, const event_ready& msg) {
       rp.layers[layer] = layer_phase::cancelled;
     } else {
       auto g = std::find_if(groups.begin(), groups.end(),
-                            [&](const peer_group& x) { return x.peer == rp.req.peer; });
+                            [&](const peer_group& x) { return x.msg.peer == rp.req.peer; });
       if (g == groups.end()) {
-        groups.push_back(peer_group{rp.req.peer, {}, submit_batch{layer, rp.req.peer, {}}});
+        groups.push_back(peer_group{{}, submit_batch{layer, rp.req.peer, {}}});
         g = std::prev(groups.end());
         g->rooms.reserve(st.rooms.size() - idx);
         g->msg.rooms.reserve(st.rooms.size() - idx);

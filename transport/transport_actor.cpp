@@ -81,9 +81,10 @@ struct pending_batch {
   caf::typed_response_promise<submit_batch_done> promise;
 };
 
-/// Where a job's result goes: a plain submit, or slot `index` of a batch.
+/// Where a batched job's result goes: slot `index` of batch `batch` (a
+/// plain submit's job is in `pending` instead).
 struct job_route {
-  uint64_t batch = 0; // 0: a plain submit
+  uint64_t batch = 0;
   size_t index = 0;
 };
 
