@@ -13,7 +13,10 @@
 //   thread polling every `poll` sends it. The forward thread pays a ring push
 //   and one atomic load (tens of ns); the drain thread pays the wake-up. After
 //   `idle_sleep` without notifications the drain thread sleeps on a condition
-//   variable and the next notify wakes it (once, then it polls again).
+//   variable and the next notify wakes it (once, then it polls again). The
+//   push is not fenced (a fence cost ~1 us): a notify that races the falling
+//   asleep can miss it, and then waits for the drain thread's next recheck
+//   (`idle_recheck`, 2 ms), never longer.
 //   A full ring (the drain thread stalled for `capacity` layers) falls back to
 //   a direct send: the manager and contexts accept layer_ends in any order.
 //
@@ -40,6 +43,9 @@ struct notifier_options {
   std::chrono::microseconds poll{0};
   /// Without notifications for this long, the drain thread sleeps until woken.
   std::chrono::milliseconds idle_sleep{100};
+  /// An asleep drain thread still looks at the ring this often: the bound on
+  /// the delay of a notify that raced its falling asleep (push is unfenced).
+  std::chrono::microseconds idle_recheck{2000};
   /// Ring slots (layer_ends the drain thread may lag behind).
   size_t capacity = 4096;
 };

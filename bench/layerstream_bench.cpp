@@ -16,6 +16,7 @@
 //      --benchmark_report_aggregates_only=true
 // Every plan is verified against a naive page-by-page computation before
 // timing starts (the data check); a mismatch aborts the benchmark.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 #include <caf/all.hpp>
@@ -78,7 +80,8 @@ caf::behavior unreachable_transport(caf::event_based_actor*, std::string who) {
   };
 }
 
-void notifier_bench(benchmark::State& state, notifier_options opts) {
+void notifier_bench(benchmark::State& state, notifier_options opts,
+                    std::chrono::microseconds layer_compute) {
   auto& sys = bench_system();
   const auto contexts = static_cast<room_id>(state.range(0));
   constexpr uint32_t layers = 64;
@@ -103,13 +106,16 @@ void notifier_bench(benchmark::State& state, notifier_options opts) {
   completed_event_source events;
   layer_notifier notify{mgr, events, opts};
   uint32_t layer = 0;
-  // Long enough for 1024 contexts to take their copies of one layer_end.
-  const auto layer_compute = std::chrono::microseconds(3000);
+  // Per-call times: Google Benchmark reports means over the iterations, and
+  // one preempted call in 500 moves a mean by microseconds.
+  std::vector<double> call_ns;
+  call_ns.reserve(static_cast<size_t>(state.max_iterations));
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
     notify(layer);
     auto t1 = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    call_ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
     layer = (layer + 1) % layers;
     // Untimed: wait until the drain thread (if any) has sent it, then let
     // the manager fan this layer_end out before the next call,
@@ -135,6 +141,11 @@ void notifier_bench(benchmark::State& state, notifier_options opts) {
     while (std::chrono::steady_clock::now() < until)
       benchmark::ClobberMemory();
   }
+  std::sort(call_ns.begin(), call_ns.end());
+  if (!call_ns.empty()) {
+    state.counters["call_ns_p50"] = call_ns[call_ns.size() / 2];
+    state.counters["call_ns_p99"] = call_ns[call_ns.size() * 99 / 100];
+  }
   auto c = notify.counters();
   state.counters["overflowed"] = static_cast<double>(c.overflowed);
   state.counters["wakeups"] = static_cast<double>(c.wakeups);
@@ -145,18 +156,31 @@ void notifier_bench(benchmark::State& state, notifier_options opts) {
 
 // The notifier as the scheduler runs it: offloaded to a drain thread that
 // polls every 50 us (transfer.notify_poll_us, the default).
+// Between calls the forward thread computes for 1 ms, bench tail's layer.
 void BM_Notifier(benchmark::State& state) {
   notifier_options opts;
   opts.poll = std::chrono::microseconds(50);
-  notifier_bench(state, opts);
+  notifier_bench(state, opts, std::chrono::microseconds(1000));
+}
+
+// The same after 3 ms of compute. The call costs more the longer the forward
+// thread ran without it: on this machine's VMs a timer tick (a VM exit)
+// leaves the caches and TLB cold, and every line and page the call touches
+// is a miss (measured: ~0.1 us after 0.1 ms, ~0.3-0.5 us after 1 ms,
+// ~0.8-1.3 us after 3 ms).
+void BM_NotifierLongLayer(benchmark::State& state) {
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  notifier_bench(state, opts, std::chrono::microseconds(3000));
 }
 
 // For comparison: caf::anon_send on the forward thread (notify_poll_us = 0).
 void BM_NotifierDirect(benchmark::State& state) {
-  notifier_bench(state, notifier_options{});
+  notifier_bench(state, notifier_options{}, std::chrono::microseconds(1000));
 }
 
 BENCHMARK(BM_Notifier)->Arg(1)->Arg(64)->Arg(1024)->UseManualTime()->Iterations(500);
+BENCHMARK(BM_NotifierLongLayer)->Arg(1)->Arg(64)->Arg(1024)->UseManualTime()->Iterations(500);
 BENCHMARK(BM_NotifierDirect)->Arg(1)->Arg(64)->Arg(1024)->UseManualTime()->Iterations(500);
 
 /// `pages` pages in runs of `run_len` (both src and dst jump between runs).

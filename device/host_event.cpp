@@ -41,11 +41,27 @@ size_t host_event::waiting() const {
   return waiting_.size();
 }
 
-event_ptr completed_event_source::record(stream_handle) {
-  // Immortal (reachable from this static, never freed) and shared through an
-  // aliasing pointer without a control block: copies touch no counter.
+namespace {
+
+/// Immortal (reachable from this static, never freed), so that contexts may
+/// hold it after the source is gone, and shared through an aliasing pointer
+/// without a control block: copies touch no counter.
+host_event* immortal_completed_event() {
   static host_event* const done = new host_event(caf::error{});
-  return event_ptr{event_ptr{}, done};
+  return done;
+}
+
+} // namespace
+
+completed_event_source::completed_event_source() : done_(event_ptr{}, immortal_completed_event()) {
+  // nop
+}
+
+event_ptr completed_event_source::record(stream_handle) {
+  // A copy of a member: the line the virtual call already read. (The
+  // function-local static's guard sat on a line of its own, a cache miss
+  // on every call after a layer's compute.)
+  return done_;
 }
 
 event_ptr scripted_event_source::record(stream_handle) {

@@ -46,7 +46,12 @@ class host_event final : public device_event {
 /// wait for a contended cache line.
 class completed_event_source final : public event_source {
  public:
+  completed_event_source();
+
   event_ptr record(stream_handle stream) override;
+
+ private:
+  event_ptr done_;
 };
 
 /// Source for tests: every recorded event stays pending until the test
