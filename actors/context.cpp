@@ -98,7 +98,7 @@ void send_group(self_ptr self, uint32_t layer, peer_group& g) {
   };
   if (g.rooms.size() == 1) {
     auto idx = g.rooms.front();
-    submit one{g.msg.rooms.front().room, layer, g.msg.peer, std::move(g.msg.rooms.front().blocks)};
+    submit one{g.msg.rooms.front().room, layer, g.msg.peer, std::move(g.msg.blocks)};
     self->request(st.transport, st.cfg.submit_timeout, std::move(one))
         .then(
             [self, idx, layer](const submit_done& done) {
@@ -161,21 +161,22 @@ void on_event_ready(self_ptr self, const event_ready& msg) {
       auto g = std::find_if(groups.begin(), groups.end(),
                             [&](const peer_group& x) { return x.msg.peer == rp.req.peer; });
       if (g == groups.end()) {
-        groups.push_back(peer_group{{}, submit_batch{layer, rp.req.peer, {}}});
+        groups.push_back(peer_group{{}, submit_batch{layer, rp.req.peer, {}, {}}});
         g = std::prev(groups.end());
         g->rooms.reserve(st.rooms.size() - idx);
         g->msg.rooms.reserve(st.rooms.size() - idx);
+        g->msg.blocks.reserve(st.blocks_per_layer_hint);
       }
-      // Built in place: one allocation per room (its blocks), none to move.
-      auto& part = g->msg.rooms.emplace_back(room_blocks{rp.req.room, {}});
-      if (auto err = append_layer_blocks(rp.req.plan, rp.req.ptrs, layer, part.blocks)) {
-        g->msg.rooms.pop_back();
-        rp.layers[layer] = layer_phase::failed;
+      // Straight into the batch's flat list: no allocation per room.
+      const size_t before = g->msg.blocks.size();
+      if (auto err = append_layer_blocks(rp.req.plan, *rp.ptrs, layer, g->msg.blocks)) {
+        rp.layers[layer] = layer_phase::failed; // nothing was appended
         fail(rp, std::move(err));
       } else {
         rp.layers[layer] = layer_phase::submitted;
         ++rp.outstanding;
         g->rooms.push_back(idx);
+        g->msg.rooms.push_back(room_blocks{rp.req.room, g->msg.blocks.size() - before});
       }
     }
     try_answer(rp);
@@ -266,6 +267,21 @@ void on_finish_deadline(self_ptr self, const finish_deadline& msg) {
   try_answer(rp);
 }
 
+/// The batch's copy of `ptrs`, made on first sight; `ptrs` is emptied (its
+/// lists now live in the batch's copy). Linear: a batch has a handful of
+/// distinct sets (one per decode peer), and this runs once per room.
+const kv_pointers* shared_pointer_set(std::vector<std::unique_ptr<const kv_pointers>>& sets,
+                                      kv_pointers& ptrs) {
+  auto same = std::find_if(sets.begin(), sets.end(), [&](const auto& p) { return *p == ptrs; });
+  if (same != sets.end()) {
+    ptrs = kv_pointers{};
+    return same->get();
+  }
+  sets.push_back(std::make_unique<const kv_pointers>(std::move(ptrs)));
+  ptrs = kv_pointers{};
+  return sets.back().get();
+}
+
 } // namespace
 
 context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,
@@ -275,14 +291,21 @@ context_actor::behavior_type context_impl(context_actor::stateful_pointer<contex
   init.transport = std::move(transport);
   init.cfg = cfg;
   init.rooms.reserve(batch.size());
+  uint64_t max_layers = 0;
+  for (auto& req : batch)
+    max_layers = std::max(max_layers, req.ptrs.layers());
+  init.phases.assign(max_layers * batch.size(), layer_phase::idle);
   for (auto& req : batch) {
     room_pipeline rp;
-    rp.layers.assign(req.ptrs.layers(), layer_phase::idle);
+    rp.layers = phase_column{init.phases.data() + init.rooms.size(), batch.size(),
+                             static_cast<size_t>(req.ptrs.layers())};
     rp.req = std::move(req);
     if (cfg.trace)
       rp.submitted_ns.assign(rp.layers.size(), 0);
     if (auto err = validate(rp.req.ptrs))
       fail(rp, std::move(err));
+    rp.ptrs = shared_pointer_set(init.pointer_sets, rp.req.ptrs);
+    init.blocks_per_layer_hint += rp.req.plan.runs.size() * (rp.ptrs->mla() ? 1 : 2);
     init.index_of.emplace(rp.req.room, init.rooms.size());
     init.rooms.push_back(std::move(rp));
   }

@@ -235,7 +235,7 @@ struct tally {
 };
 
 /// The bytes of one room's blocks; counts the room as seen for `layer`.
-uint64_t tally_room(tally& t, uint32_t layer, const std::vector<block>& blocks) {
+uint64_t tally_room(tally& t, uint32_t layer, block_span blocks) {
   uint64_t bytes = 0;
   for (auto& b : blocks)
     bytes += b.len;
@@ -257,9 +257,15 @@ submit_sink::behavior_type answering_sink(submit_sink::pointer, std::shared_ptr<
       [t](submit_batch& s) -> submit_batch_done {
         submit_batch_done done{s.layer, {}};
         done.rooms.reserve(s.rooms.size());
-        for (auto& part : s.rooms)
+        if (auto bad = check_block_counts(s)) {
+          for (const auto& part : s.rooms)
+            done.rooms.push_back(submit_done{part.room, s.layer, bad, 0});
+          return done;
+        }
+        for_each_room(s, [&](size_t, room_id room, block_span blocks) {
           done.rooms.push_back(
-              submit_done{part.room, s.layer, caf::error{}, tally_room(*t, s.layer, part.blocks)});
+              submit_done{room, s.layer, caf::error{}, tally_room(*t, s.layer, blocks)});
+        });
         return done;
       },
   };

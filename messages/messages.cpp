@@ -26,6 +26,23 @@ uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
 
 } // namespace
 
+caf::error check_block_counts(const submit_batch& batch) {
+  uint64_t left = batch.blocks.size();
+  for (const auto& part : batch.rooms) {
+    if (part.count > left)
+      return make_error(lserr::bad_input, "submit_batch of layer " + std::to_string(batch.layer) +
+                                              ": room " + std::to_string(part.room) + " claims " +
+                                              std::to_string(part.count) + " blocks, " +
+                                              std::to_string(left) + " are left in the list");
+    left -= part.count;
+  }
+  if (left != 0)
+    return make_error(lserr::bad_input, "submit_batch of layer " + std::to_string(batch.layer) +
+                                            ": " + std::to_string(left) +
+                                            " blocks belong to no room");
+  return caf::none;
+}
+
 caf::error check_transfer_info(const transfer_info& info, const transfer_info_shape& shape) {
   auto fail = [&](std::string what) {
     return make_error(lserr::bad_input,

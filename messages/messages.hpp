@@ -169,37 +169,64 @@ typename Inspector::result_type inspect(Inspector& f, submit_done& x) {
   return inspect_fields(f, caf::meta::type_name("submit_done"), x.room, x.layer, x.status, x.bytes);
 }
 
-/// One room's part of a batched submit.
+/// One room's part of a batched submit: the next `count` blocks of the
+/// batch's flat block list.
 struct room_blocks {
   room_id room = 0;
-  std::vector<block> blocks;
+  uint64_t count = 0;
   friend bool operator==(const room_blocks& a, const room_blocks& b) {
-    return a.room == b.room && a.blocks == b.blocks;
+    return a.room == b.room && a.count == b.count;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_blocks& x) {
-  return inspect_fields(f, caf::meta::type_name("room_blocks"), x.room, x.blocks);
+  return inspect_fields(f, caf::meta::type_name("room_blocks"), x.room, x.count);
 }
 
 /// context -> transport: one layer of several rooms of one forward batch,
 /// all to the same `peer`, in one message instead of one submit per room
-/// (bench/README.md: messages per layer were the limit at 256 rooms). Each
-/// room's blocks are one transport job: a failed write fails its own room,
-/// never its neighbours.
+/// (bench/README.md: messages per layer were the limit at 256 rooms). The
+/// rooms' blocks sit in one flat list, room after room in `rooms` order (one
+/// allocation per layer, not one per room). Each room's blocks are one
+/// transport job: a failed write fails its own room, never its neighbours.
 struct submit_batch {
   uint32_t layer = 0;
   peer_id peer = 0;
   std::vector<room_blocks> rooms;
+  std::vector<block> blocks;
   friend bool operator==(const submit_batch& a, const submit_batch& b) {
-    return a.layer == b.layer && a.peer == b.peer && a.rooms == b.rooms;
+    return a.layer == b.layer && a.peer == b.peer && a.rooms == b.rooms && a.blocks == b.blocks;
+  }
+
+  /// Appends one room with its blocks.
+  void add_room(room_id room, block_span part) {
+    rooms.push_back(room_blocks{room, part.size()});
+    blocks.insert(blocks.end(), part.begin(), part.end());
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_batch& x) {
-  return inspect_fields(f, caf::meta::type_name("submit_batch"), x.layer, x.peer, x.rooms);
+  return inspect_fields(f, caf::meta::type_name("submit_batch"), x.layer, x.peer, x.rooms,
+                        x.blocks);
+}
+
+/// Null when the rooms' block counts add up to exactly `blocks.size()`;
+/// otherwise bad_input naming the first room whose blocks run past the list
+/// (or the blocks no room claims).
+caf::error check_block_counts(const submit_batch& batch);
+
+/// Calls fn(k, room, blocks) for each room k in order, with its part of the
+/// flat list. Only after check_block_counts passed.
+template <class F>
+void for_each_room(const submit_batch& batch, F&& fn) {
+  size_t first = 0;
+  for (size_t k = 0; k < batch.rooms.size(); ++k) {
+    const auto n = static_cast<size_t>(batch.rooms[k].count);
+    fn(k, batch.rooms[k].room, block_span{batch.blocks.data() + first, n});
+    first += n;
+  }
 }
 
 /// transport -> context, the answer to `submit_batch` once every room's

@@ -33,6 +33,30 @@ typename Inspector::result_type inspect(Inspector& f, block& x) {
   return inspect_fields(f, caf::meta::type_name("block"), x.src, x.dst, x.len);
 }
 
+/// A read-only view of consecutive blocks (C++17 has no std::span): one
+/// room's part of a batch's flat block list, or a whole vector.
+class block_span {
+ public:
+  block_span() = default;
+  block_span(const block* first, size_t count) : first_(first), count_(count) {
+    // nop
+  }
+  block_span(const std::vector<block>& blocks) // NOLINT: implicit, like std::span
+      : first_(blocks.data()), count_(blocks.size()) {
+    // nop
+  }
+  const block* begin() const { return first_; }
+  const block* end() const { return first_ + count_; }
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  const block& operator[](size_t i) const { return first_[i]; }
+  std::vector<block> to_vector() const { return {begin(), end()}; }
+
+ private:
+  const block* first_ = nullptr;
+  size_t count_ = 0;
+};
+
 /// A maximal run of positions where src and dst page indices both step by +1.
 struct page_run {
   uint64_t src_page = 0;

@@ -199,17 +199,23 @@ transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<tra
         pending_batch pb;
         pb.answer.layer = msg.layer;
         pb.answer.rooms.reserve(msg.rooms.size());
-        for (size_t k = 0; k < msg.rooms.size(); ++k) {
-          auto& part = msg.rooms[k];
-          pb.answer.rooms.push_back(submit_done{part.room, msg.layer, {}, 0});
+        // A list the counts do not cut cleanly fails every room: no room's
+        // blocks can be told apart from a neighbour's.
+        if (auto bad = check_block_counts(msg)) {
+          for (const auto& part : msg.rooms)
+            pb.answer.rooms.push_back(submit_done{part.room, msg.layer, bad, 0});
+          return std::move(pb.answer);
+        }
+        for_each_room(msg, [&](size_t k, room_id room, block_span blocks) {
+          pb.answer.rooms.push_back(submit_done{room, msg.layer, {}, 0});
           const uint64_t id = st.next_job++;
-          if (auto err = st.engine->submit(id, msg.peer, part.blocks)) {
+          if (auto err = st.engine->submit(id, msg.peer, blocks)) {
             pb.answer.rooms.back().status = std::move(err);
-            continue;
+            return;
           }
           st.batch_jobs.emplace(id, job_route{batch, k});
           ++pb.outstanding;
-        }
+        });
         if (pb.outstanding == 0)
           return std::move(pb.answer);
         pb.promise = self->make_response_promise<submit_batch_done>();

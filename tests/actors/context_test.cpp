@@ -311,9 +311,9 @@ CAF_TEST(a batch waits on the event of each layer once and sends its rooms in on
     disallow((submit), from(ctx).to(transport));
     ev->signal();
     expect((event_ready), from(_).to(ctx).with(event_ready{layer, caf::error{}}));
-    submit_batch want{layer, 0, {}};
+    submit_batch want{layer, 0, {}, {}};
     for (auto* req : {&a, &b, &c})
-      want.rooms.push_back(room_blocks{req->room, expected_submit(*req, layer).blocks});
+      want.add_room(req->room, expected_submit(*req, layer).blocks);
     expect((submit_batch), from(ctx).to(transport).with(want));
     expect((submit_batch_done), from(transport).to(ctx));
   }
@@ -336,10 +336,9 @@ CAF_TEST(a failed write fails its own room only and the batch goes on without it
       expect((submit_batch_done), from(transport).to(ctx));
     } else {
       // Rooms 1 and 3 only: room 2 failed closed.
-      submit_batch want{layer,
-                        0,
-                        {room_blocks{1, expected_submit(a, layer).blocks},
-                         room_blocks{3, expected_submit(c, layer).blocks}}};
+      submit_batch want{layer, 0, {}, {}};
+      want.add_room(1, expected_submit(a, layer).blocks);
+      want.add_room(3, expected_submit(c, layer).blocks);
       expect((submit_batch), from(ctx).to(transport).with(want));
       expect((submit_batch_done), from(transport).to(ctx));
     }

@@ -76,10 +76,12 @@ inline caf::behavior scripted_transport(caf::event_based_actor* self,
       [=](submit_batch& msg) -> caf::result<submit_batch_done> {
         script->batch_sizes.push_back(msg.rooms.size());
         submit_batch_done done{msg.layer, {}};
-        for (auto& part : msg.rooms) {
-          script->received.push_back(submit{part.room, msg.layer, msg.peer, part.blocks});
+        if (auto bad = check_block_counts(msg))
+          CAF_FAIL("a malformed submit_batch: " << describe(bad));
+        for_each_room(msg, [&](size_t, room_id room, block_span blocks) {
+          script->received.push_back(submit{room, msg.layer, msg.peer, blocks.to_vector()});
           done.rooms.push_back(scripted_answer(*script, script->received.back()));
-        }
+        });
         if (!script->hold || msg.rooms.empty())
           return done;
         auto rp = self->make_response_promise();

@@ -115,8 +115,8 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(submit{5, 2, 4, {{1, 2, 3}, {4, 5, 6}}});
   round_trip(submit_done{5, 2, make_error(lserr::transfer_failed, "fi_writemsg: -5"), 0});
   round_trip(submit_done{5, 2, caf::error{}, 12345});
-  round_trip(room_blocks{7, {{1, 2, 3}}});
-  round_trip(submit_batch{2, 4, {{5, {{1, 2, 3}, {4, 5, 6}}}, {6, {}}}});
+  round_trip(room_blocks{7, 3});
+  round_trip(submit_batch{2, 4, {{5, 2}, {6, 0}}, {{1, 2, 3}, {4, 5, 6}}});
   round_trip(submit_batch_done{
       2, {{5, 2, caf::error{}, 6}, {6, 2, make_error(lserr::out_of_region, "page 9"), 0}}});
   round_trip(finish{5});
@@ -197,6 +197,24 @@ CAF_TEST(a hostile length inside an error context is refused too) {
   auto err = decode<kv_ready>(bytes, largest);
   CAF_CHECK(is(err, lserr::bad_input));
   CAF_CHECK_LESS(largest, size_t{1} << 16);
+}
+
+CAF_TEST(a submit_batch whose block counts do not cut its list cleanly is refused) {
+  const block b{1, 2, 3};
+  submit_batch ok{0, 0, {{5, 2}, {6, 0}, {7, 1}}, {b, b, b}};
+  CAF_CHECK(!check_block_counts(ok));
+  std::vector<std::pair<room_id, size_t>> seen;
+  for_each_room(
+      ok, [&](size_t, room_id room, block_span blocks) { seen.emplace_back(room, blocks.size()); });
+  CAF_CHECK(seen == (std::vector<std::pair<room_id, size_t>>{{5, 2}, {6, 0}, {7, 1}}));
+  submit_batch too_many{0, 0, {{5, 2}, {6, 2}}, {b, b, b}}; // room 6 runs past the end
+  auto err = check_block_counts(too_many);
+  CAF_CHECK(is(err, lserr::bad_input));
+  CAF_CHECK(describe(err).find("room 6") != std::string::npos);
+  submit_batch left_over{0, 0, {{5, 1}}, {b, b}}; // one block belongs to no room
+  CAF_CHECK(is(check_block_counts(left_over), lserr::bad_input));
+  submit_batch huge{0, 0, {{5, ~uint64_t{0}}, {6, 2}}, {b}}; // no wrap-around
+  CAF_CHECK(is(check_block_counts(huge), lserr::bad_input));
 }
 
 CAF_TEST(no error is none of the codes and describes itself as ok) {

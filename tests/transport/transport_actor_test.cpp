@@ -132,18 +132,18 @@ TEST_P(TransportActor, ASubmitBatchAnswersEveryRoomInOrderAndAFailedRoomSparesIt
   std::mt19937_64 rng{5};
   test::fill_random(src_, rng);
   // Rooms 10 and 12 write 16 pages each; room 11's one block leaves the region.
-  submit_batch batch{7, *peer, {}};
+  submit_batch batch{7, *peer, {}, {}};
   for (room_id room : {10, 11, 12}) {
-    room_blocks part{room, {}};
+    std::vector<block> blocks;
     if (room == 11) {
-      part.blocks.push_back({test::addr_of(src_), test::addr_of(dst_, dst_.size() - 4), 8});
+      blocks.push_back({test::addr_of(src_), test::addr_of(dst_, dst_.size() - 4), 8});
     } else {
       const uint64_t first = (room - 10) * 16;
       for (uint64_t page = first; page < first + 16; ++page)
-        part.blocks.push_back(
+        blocks.push_back(
             {test::addr_of(src_, page * 4096), test::addr_of(dst_, page * 4096), 4096});
     }
-    batch.rooms.push_back(std::move(part));
+    batch.add_room(room, blocks);
   }
   caf::scoped_actor self{sys_};
   caf::expected<submit_batch_done> done{make_error(lserr::timeout, "no answer")};
@@ -167,6 +167,29 @@ TEST_P(TransportActor, ASubmitBatchAnswersEveryRoomInOrderAndAFailedRoomSparesIt
   EXPECT_EQ(std::memcmp(dst_.data(), src_.data(), 16 * 4096), 0);
   EXPECT_EQ(std::memcmp(dst_.data() + 32 * 4096, src_.data() + 32 * 4096, 16 * 4096), 0);
   EXPECT_TRUE(std::all_of(dst_.end() - 4, dst_.end(), [](uint8_t b) { return b == 0; }));
+}
+
+TEST_P(TransportActor, ASubmitBatchWhoseBlockCountsDoNotAddUpFailsEveryRoomAndWritesNothing) {
+  auto peer = connect(target_->peer());
+  ASSERT_TRUE(peer) << describe(peer.error());
+  std::mt19937_64 rng{6};
+  test::fill_random(src_, rng);
+  // Two good blocks, but the rooms claim three: no room's part can be trusted.
+  const block good{test::addr_of(src_), test::addr_of(dst_), 4096};
+  submit_batch batch{3, *peer, {{20, 1}, {21, 2}}, {good, good}};
+  caf::scoped_actor self{sys_};
+  caf::expected<submit_batch_done> done{make_error(lserr::timeout, "no answer")};
+  self->request(transport_, 20s, batch)
+      .receive([&](submit_batch_done& d) { done = std::move(d); },
+               [&](caf::error& err) { done = std::move(err); });
+  ASSERT_TRUE(done) << describe(done.error());
+  ASSERT_EQ(done->rooms.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(done->rooms[k].room, 20u + k);
+    EXPECT_TRUE(is(done->rooms[k].status, lserr::bad_input)) << describe(done->rooms[k].status);
+    EXPECT_EQ(done->rooms[k].bytes, 0u);
+  }
+  EXPECT_TRUE(std::all_of(dst_.begin(), dst_.end(), [](uint8_t b) { return b == 0; }));
 }
 
 TEST_P(TransportActor, APeerOnAnotherProviderIsRefused) {

@@ -217,7 +217,7 @@ std::string engine::peer_failure(peer_index peer) const {
   return peers_[peer]->reason;
 }
 
-caf::error engine::submit(uint64_t id, peer_index peer, const std::vector<block>& blocks) {
+caf::error engine::submit(uint64_t id, peer_index peer, block_span blocks) {
   if (role_ != role::initiator)
     return make_error(lserr::bad_input, "submit on a target-progress engine");
   auto j = std::make_unique<job>();

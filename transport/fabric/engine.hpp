@@ -121,7 +121,10 @@ class engine {
   /// the peer's regions and every src range inside one local registration;
   /// otherwise (or for an unknown or failed peer) the error is returned, NOTHING
   /// is posted and no callback follows. Accepted jobs get exactly one callback.
-  caf::error submit(uint64_t id, peer_index peer, const std::vector<block>& blocks);
+  caf::error submit(uint64_t id, peer_index peer, block_span blocks);
+  caf::error submit(uint64_t id, peer_index peer, const std::vector<block>& blocks) {
+    return submit(id, peer, block_span{blocks});
+  }
 
   /// Why `peer` was marked failed (empty while healthy).
   std::string peer_failure(peer_index peer) const;
