@@ -52,12 +52,11 @@ class layer_notifier::drain {
       bump(wakeups_);
       wake();
     }
-    bump(offloaded_);
     return true;
   }
 
   notifier_counters counters() const {
-    return {offloaded_.load(), overflowed_.load(), wakeups_.load(), sleeping_.load()};
+    return {ring_.pushed(), overflowed_.load(), wakeups_.load(), sleeping_.load()};
   }
 
   void count_overflow() { bump(overflowed_); }
@@ -111,7 +110,7 @@ class layer_notifier::drain {
                      [this] { return !ring_.empty() || stopping_.load(); });
       }
       if (ring_.empty() && !stopping_.load())
-        continue; // still idle: recheck, stay asleep in the counters' eyes
+        continue; // still idle: look again, still asleep in the counters
       sleeping_.store(false, std::memory_order_relaxed);
       last_activity = std::chrono::steady_clock::now();
     }
@@ -124,10 +123,10 @@ class layer_notifier::drain {
   // only when it falls asleep or wakes.
   alignas(64) std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
-  // Written by the forward thread only: a line of their own, away from the
-  // flags the drain thread polls.
-  alignas(64) std::atomic<uint64_t> offloaded_{0};
-  std::atomic<uint64_t> overflowed_{0};
+  // Written by the forward thread only, and rarely (a full ring, a wake-up):
+  // a line of their own, away from the flags the drain thread polls. The
+  // pushes are counted by the ring's own index, at no cost per push.
+  alignas(64) std::atomic<uint64_t> overflowed_{0};
   std::atomic<uint64_t> wakeups_{0};
   std::mutex mtx_;
   std::condition_variable cv_;
