@@ -17,8 +17,9 @@ uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
 
 /// What this rank expects of a transfer_info (its model and cluster).
 transfer_info_shape shape_of(const scheduler_state& st) {
-  return transfer_info_shape{st.cfg.model.page_size, st.cfg.cp_size,      st.pool->layers(),
-                             st.pool->mla(),         st.pool->item_len(), st.pool->item_lens()};
+  const auto& pool = st.device->layout();
+  return transfer_info_shape{st.cfg.model.page_size, st.cfg.cp_size,  pool.layers(), pool.mla(),
+                             pool.item_len(),        pool.item_lens()};
 }
 
 /// This rank's runs for tokens [first, last) of a room: the chunk's pages,
@@ -36,7 +37,7 @@ caf::expected<transfer_plan> chunk_plan(const scheduler_state& st, const prefill
 
 /// Prefill (src) and decode (dst) base pointers of every layer.
 kv_pointers pointers_of(const scheduler_state& st, const prefill_room& rs) {
-  return kv_pointers{st.pool->k_ptrs(), rs.info.dst_k_ptrs, st.pool->v_ptrs(), rs.info.dst_v_ptrs,
+  return kv_pointers{st.src_k_ptrs, rs.info.dst_k_ptrs, st.src_v_ptrs, rs.info.dst_v_ptrs,
                      rs.info.item_lens};
 }
 
@@ -189,6 +190,30 @@ void on_finish_result(self_ptr self, uint64_t batch_id, room_id room,
             res.bytes);
 }
 
+/// The forward did not write batch `msg.batch`'s KV: every room of it fails
+/// with the forward's reason. A per-layer room is finished first, so it
+/// settles only after the writes its context posted have ended (their
+/// outcome is moot); no room goes by the bulk path.
+void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>& rooms) {
+  auto& st = self->state;
+  auto reason = make_error(lserr::event_failed, "forward: " + describe(msg.status));
+  LS_WARN("rank {}: batch {}: the forward failed, its {} rooms fail: {}", st.cfg.cp_rank, msg.batch,
+          rooms.size(), describe(msg.status));
+  for (auto room : rooms) {
+    auto i = st.rooms.find(room);
+    if (i == st.rooms.end() || !i->second.per_layer) {
+      chunk_settled(self, msg.batch, room, reason, 0);
+      continue;
+    }
+    auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes) {
+      chunk_settled(self, batch, room, reason, bytes);
+    };
+    self->request(st.manager, st.cfg.timeouts.room, finish{room})
+        .then([settle](const finish_result& res) { settle(res.bytes); },
+              [settle](caf::error&) { settle(0); });
+  }
+}
+
 void on_batch_done(self_ptr self, const batch_done& msg) {
   auto& st = self->state;
   st.forward_busy = false;
@@ -203,6 +228,11 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
   b->second.forward_end_ns = msg.end_ns;
   auto rooms = b->second.rooms;
   auto chunks = b->second.chunks;
+  if (msg.status) {
+    fail_batch(self, msg, rooms);
+    try_start_batch(self);
+    return;
+  }
   for (size_t k = 0; k < rooms.size(); ++k) {
     auto room = rooms[k];
     auto i = st.rooms.find(room);
@@ -314,6 +344,9 @@ void on_transfer_info(self_ptr self, transfer_info& info,
     ++st.stats.rooms_failed;
     rp.deliver(kv_ready{room, st.cfg.cp_rank, std::move(err), 0});
   };
+  if (!st.forward)
+    return refuse(make_error(lserr::bad_input, "this rank has no forward (" + st.device->name() +
+                                                   " device): " + describe(st.forward_error)));
   if (st.rooms.count(room) > 0)
     return refuse(make_error(lserr::duplicate_room,
                              "room " + std::to_string(room) + " is already on this rank"));
@@ -358,11 +391,13 @@ void on_transfer_info(self_ptr self, transfer_info& info,
 
 scheduler_full_actor::behavior_type
 scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
-               kv_pool* pool, transport_actor transport, manager_actor manager) {
+               prefill_device* device, transport_actor transport, manager_actor manager) {
   auto& init = self->state;
   init.cfg = cfg;
-  init.pool = pool;
-  init.pages = std::make_unique<page_allocator>(pool->pages(), cfg.cp_rank + 1, 0.0);
+  init.device = device;
+  init.src_k_ptrs = device->src_k_ptrs();
+  init.src_v_ptrs = device->src_v_ptrs();
+  init.pages = std::make_unique<page_allocator>(device->layout().pages(), cfg.cp_rank + 1, 0.0);
   init.transport = std::move(transport);
   init.manager = manager;
   // The forward thread reports back through a weak handle: it must not keep
@@ -370,26 +405,33 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
   caf::weak_actor_ptr weak_self{caf::actor_cast<caf::strong_actor_ptr>(self).get()};
   notifier_options notify_opts;
   notify_opts.poll = cfg.transfer.notify_poll;
-  layer_notifier notify{manager, init.events, notify_opts};
+  layer_notifier notify{manager, device->events(), notify_opts, device->notify_stream()};
   // batch_done goes through the notifier too: the manager must see every
   // layer_end of the batch before the finish that batch_done triggers.
-  init.forward = std::make_unique<cpu_forward>(
-      *pool, cfg.model.layer_compute, notify,
+  auto forward = device->make_forward(
+      cfg.model.layer_compute, notify,
       [weak_self, notify](uint64_t batch, forward_timing timing) mutable {
         batch_done done{batch, steady_ns(timing.start), steady_ns(timing.end),
-                        std::move(timing.notify_ns)};
+                        std::move(timing.notify_ns), std::move(timing.status)};
         notify.then([weak_self, done] {
           if (auto strong = weak_self.lock())
             caf::anon_send(caf::actor_cast<scheduler_full_actor>(strong), done);
         });
       });
-  if (cfg.trace)
-    init.forward->set_trace(cfg.trace, cfg.cp_rank);
-  if (!cfg.skip_notify_layers.empty()) {
-    LS_WARN("rank {}: TEST HOOK workload.skip_notify_layers: the forward never notifies {} "
-            "layers; the bulk path must send them",
-            cfg.cp_rank, cfg.skip_notify_layers.size());
-    init.forward->set_skip_notify(cfg.skip_notify_layers);
+  if (!forward) {
+    LS_ERROR("rank {}: the {} device could not start its forward: {}", cfg.cp_rank, device->name(),
+             describe(forward.error()));
+    init.forward_error = forward.error();
+  } else {
+    init.forward = std::move(*forward);
+    if (cfg.trace)
+      init.forward->set_trace(cfg.trace, cfg.cp_rank);
+    if (!cfg.skip_notify_layers.empty()) {
+      LS_WARN("rank {}: TEST HOOK workload.skip_notify_layers: the forward never notifies {} "
+              "layers; the bulk path must send them",
+              cfg.cp_rank, cfg.skip_notify_layers.size());
+      init.forward->set_skip_notify(cfg.skip_notify_layers);
+    }
   }
   return {
       [self](transfer_info& info) -> caf::result<kv_ready> {
@@ -415,7 +457,7 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
         auto out = st.stats;
         out.rooms_open = st.rooms.size();
         out.pages_free = st.pages->free_pages();
-        out.pages_total = st.pool->pages();
+        out.pages_total = st.device->layout().pages();
         return out;
       },
   };

@@ -10,7 +10,7 @@
 //                               requests are queued (one-shot, with a deadline)
 //   stats_query -> scheduler_stats
 //
-// Per batch: setup (manager) -> forward (cpu_forward thread; the notifier
+// Per batch: setup (manager) -> forward (the device's forward thread; the notifier
 // sends layer_end after each layer) -> batch_done -> finish for each
 // per-layer room (manager), or the bulk send of all layers for the others
 // (the classic transfer after the forward) -> kv_ready after the last chunk.
@@ -22,6 +22,10 @@
 // batch's forward starts as soon as the previous forward ended; its transfers
 // overlap. The scheduler owns its src page allocator; pages return when the
 // room settles.
+// A batch whose forward reports a status (batch_done.status: the device did
+// not write its KV) fails every room in it with lserr::event_failed; its
+// per-layer rooms are finished first (so their posted writes have ended),
+// and none goes by the bulk path, which would send bytes never written.
 #pragma once
 
 #include <caf/stateful_actor.hpp>
@@ -39,9 +43,8 @@
 #include "actors/notifier.hpp"
 #include "actors/scheduler_protocol.hpp"
 #include "config/config.hpp"
-#include "device/host_event.hpp"
-#include "model/cpu_forward.hpp"
-#include "model/kv_pool.hpp"
+#include "model/forward.hpp"
+#include "model/prefill_device.hpp"
 #include "transport/transport_protocol.hpp"
 
 namespace layerstream {
@@ -94,13 +97,15 @@ struct scheduler_state {
   static inline const char* name = "layerstream.scheduler";
 
   scheduler_config cfg;
-  kv_pool* pool = nullptr;
+  prefill_device* device = nullptr;
+  /// The device's src pointer lists (copied once: every plan uses them).
+  std::vector<uint64_t> src_k_ptrs;
+  std::vector<uint64_t> src_v_ptrs;
   std::unique_ptr<page_allocator> pages;
   transport_actor transport;
   manager_actor manager;
-  completed_event_source events;
-  /// The forward thread; declared last so it stops first.
-  std::unique_ptr<cpu_forward> forward;
+  /// Why the device could not make a forward (every request is refused).
+  caf::error forward_error;
   std::map<room_id, prefill_room> rooms;
   std::deque<room_id> queue;
   std::map<uint64_t, batch_state> batches;
@@ -110,13 +115,15 @@ struct scheduler_state {
   uint32_t hold_rooms = 0;
   uint64_t hold_id = 0;
   scheduler_stats stats;
+  /// The forward thread; declared last so it stops first.
+  std::unique_ptr<forward_runner> forward;
 };
 
-/// Starts the rank's forward thread (which writes into `pool` and notifies
-/// `manager` after each layer). The scheduler does not own `pool`; the
-/// caller keeps it alive until the scheduler is gone.
+/// Starts the rank's forward thread (`device`'s: it writes the device's pool
+/// and notifies `manager` after each layer). The scheduler does not own
+/// `device`; the caller keeps it alive until the scheduler is gone.
 scheduler_full_actor::behavior_type
 scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
-               kv_pool* pool, transport_actor transport, manager_actor manager);
+               prefill_device* device, transport_actor transport, manager_actor manager);
 
 } // namespace layerstream

@@ -18,7 +18,9 @@
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "config/loader.hpp"
+#include "model/cpu_forward.hpp"
 #include "node/actor_runtime.hpp"
+#include "node/device_select.hpp"
 #include "node/nodes.hpp"
 
 namespace layerstream {
@@ -81,6 +83,7 @@ std::optional<deployment_config> make_config(const tail_bench_options& o, const 
   cfg.transfer.chunk_tokens = 0;
   cfg.transfer.max_batch = b.rooms; // every room in one forward batch
   cfg.fabric.provider = o.provider;
+  cfg.prefill.device = o.device;
   const uint64_t pages = (b.tokens + cfg.model.page_size - 1) / cfg.model.page_size;
   cfg.prefill.pool_pages = b.rooms * pages;
   cfg.decode.pool_pages = b.rooms * pages;
@@ -155,12 +158,12 @@ std::optional<run_sample> run_once(caf::actor_system& sys, local_cluster& c,
 /// The same forward with no notifier and no transfer at all: every CP rank's
 /// forward thread at once (same rooms, KV writes and compute as in the
 /// cluster runs), one pool per rank. The slowdown baseline (the slowest rank).
-std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<kv_pool>>& pools,
+std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<prefill_device>>& devices,
                                        const deployment_config& cfg) {
   const auto& w = cfg.workload;
   const uint64_t ps = cfg.model.page_size;
   const uint64_t pages = (w.max_tokens + ps - 1) / ps;
-  const auto ranks = static_cast<uint32_t>(pools.size());
+  const auto ranks = static_cast<uint32_t>(devices.size());
   std::vector<forward_batch> batches(ranks);
   for (uint32_t rank = 0; rank < ranks; ++rank) {
     auto owned = owned_positions(pages, ranks, rank);
@@ -178,14 +181,18 @@ std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<kv_pool>>& po
   }
   std::vector<std::promise<double>> done(ranks);
   std::vector<std::future<double>> took;
-  std::vector<std::unique_ptr<cpu_forward>> forwards;
+  std::vector<std::unique_ptr<forward_runner>> forwards;
   for (uint32_t rank = 0; rank < ranks; ++rank) {
     took.push_back(done[rank].get_future());
-    forwards.push_back(std::make_unique<cpu_forward>(
-        *pools[rank], cfg.model.layer_compute, [](uint32_t) {},
+    auto fwd = devices[rank]->make_forward(
+        cfg.model.layer_compute, [](uint32_t) {},
         [&done, rank](uint64_t, forward_timing t) {
-          done[rank].set_value(std::chrono::duration<double, std::milli>(t.end - t.start).count());
-        }));
+          done[rank].set_value(
+              t.status ? -1.0 : std::chrono::duration<double, std::milli>(t.end - t.start).count());
+        });
+    if (!fwd)
+      return std::nullopt;
+    forwards.push_back(std::move(*fwd));
   }
   // Started together, as the ranks' batches start together in the cluster runs.
   for (uint32_t rank = 0; rank < ranks; ++rank)
@@ -197,7 +204,9 @@ std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<kv_pool>>& po
       all = false;
       break;
     }
-    slowest = std::max(slowest, t.get());
+    auto ms = t.get();
+    all = all && ms >= 0; // < 0: the forward reported a device error
+    slowest = std::max(slowest, ms);
   }
   forwards.clear(); // joins the threads (a running batch ends first)
   if (!all)
@@ -392,15 +401,15 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
     hdl_lat.push_back(h->latency_us_median);
   }
   const handling_sample handling{median(hdl_cpu), median(hdl_handlers), median(hdl_lat)};
-  std::vector<std::unique_ptr<kv_pool>> alone_pools;
+  std::vector<std::unique_ptr<prefill_device>> alone_devices;
   bool ok = true;
   for (uint32_t rank = 0; ok && rank < shape.cp; ++rank) {
-    auto pool = kv_pool::create(bulk_cfg->model, bulk_cfg->prefill.pool_pages);
-    if (!pool) {
-      why = describe(pool.error());
+    auto dev = make_prefill_device(*bulk_cfg, rank);
+    if (!dev) {
+      why = describe(dev.error());
       ok = false;
     } else {
-      alone_pools.push_back(std::move(*pool));
+      alone_devices.push_back(std::move(*dev));
     }
   }
   local_cluster bulk, layer;
@@ -423,7 +432,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
     for (int k = 0; ok && k < 3; ++k) {
       const int which = (k + std::max(rep, 0)) % 3;
       if (which == 0) {
-        auto ms = forward_alone_ms(alone_pools, *bulk_cfg);
+        auto ms = forward_alone_ms(alone_devices, *bulk_cfg);
         if (!ms) {
           why = "the no-transfer forward did not end";
           ok = false;
@@ -526,10 +535,19 @@ int run_tail_bench(const tail_bench_options& opts_in) {
     std::cerr << "layerstream bench tail: " << message_of(err) << "\n";
     return 2;
   }
+  if (o.device != "cpu" && o.device != "gpu") {
+    std::cerr << "layerstream bench tail: --device must be cpu or gpu, got '" << o.device << "'\n";
+    return 2;
+  }
+  if (o.device == "gpu" && !built_with_cuda()) {
+    std::cerr << "layerstream bench tail: --device gpu: this binary was built without CUDA\n";
+    return 2;
+  }
   log::set_level("warn");
-  std::printf("layerstream bench tail: provider '%s', %u us compute per layer, %u interleaved "
-              "repetitions (medians); T = the bulk tail, T/L its share per layer\n",
-              o.provider.c_str(), o.layer_compute_us, o.repetitions);
+  std::printf(
+      "layerstream bench tail: provider '%s', device %s, %u us compute per layer, %u interleaved "
+      "repetitions (medians); T = the bulk tail, T/L its share per layer\n",
+      o.provider.c_str(), o.device.c_str(), o.layer_compute_us, o.repetitions);
   std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %6s %9s %8s "
               "%6s %9s\n",
               "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
@@ -592,6 +610,7 @@ int run_tail_bench(const tail_bench_options& opts_in) {
   }
   if (!o.json_path.empty()) {
     nlohmann::json j{{"provider", o.provider},
+                     {"device", o.device},
                      {"repetitions", o.repetitions},
                      {"layer_compute_us", o.layer_compute_us},
                      {"configs", configs}};

@@ -21,6 +21,8 @@ struct tail_bench_options {
   /// Simulated compute of one layer.
   uint32_t layer_compute_us = 1000;
   std::string provider = "tcp;ofi_rxm";
+  /// prefill.device of every run ("cpu" or "gpu").
+  std::string device = "cpu";
   /// L = 32 with 1 and 16 rooms, 3 repetitions: under a minute.
   bool quick = false;
   std::string json_path;

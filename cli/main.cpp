@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   demo->add_flag("--bulk", demo_opts.bulk, "per-layer off: classic transfer after the forward");
   add_optional(demo, "--provider", demo_opts.provider,
                "libfabric provider: tcp;ofi_rxm, net, shm, sockets");
+  add_optional(demo, "--device", demo_opts.device,
+               "where the forward runs: cpu, or gpu (a CUDA build and a visible device)");
   add_optional(demo, "--fault-rate", demo_opts.fault_rate,
                "TESTING: probability that a write completion becomes a CQ error");
   add_optional(demo, "--log-level", demo_opts.log_level, "trace, debug, info, warn, error, off");
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   bench_tail->add_option("--layer-compute-us", tail_opts.layer_compute_us,
                          "simulated compute per layer, us");
   bench_tail->add_option("--provider", tail_opts.provider, "libfabric provider");
+  bench_tail->add_option("--device", tail_opts.device, "where the forward runs: cpu or gpu");
   bench_tail->add_flag("--quick", tail_opts.quick,
                        "L = 32 with 1 and 16 rooms, 3 repetitions (under a minute)");
   bench_tail->add_option("--json", tail_opts.json_path, "write the results as JSON to this file");

@@ -211,7 +211,7 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
             << rep.bytes_written << " of " << rep.bytes_expected << " bytes, " << cfg.model.layers
             << " layers, cp " << cfg.cluster.cp_size << ", "
             << (cfg.transfer.per_layer ? "per-layer" : "bulk") << " transfer over '"
-            << cfg.fabric.provider << "'\n";
+            << cfg.fabric.provider << "', device " << cfg.prefill.device << "\n";
   if (forward_ms > 0)
     std::cout << "  forward (median per batch) " << forward_ms << " ms, exposed tail (median) "
               << tail_ms << " ms, wall " << rep.wall_ms << " ms\n";
@@ -228,6 +228,7 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
                      {"mla", cfg.model.mla},
                      {"per_layer", cfg.transfer.per_layer},
                      {"provider", cfg.fabric.provider},
+                     {"device", cfg.prefill.device},
                      {"bit_exact", rep.bit_exact},
                      {"bytes_expected", rep.bytes_expected},
                      {"bytes_written", rep.bytes_written},
@@ -283,6 +284,8 @@ int run_demo(const demo_options& opts) {
       c.transfer.per_layer = false;
     if (opts.provider)
       c.fabric.provider = *opts.provider;
+    if (opts.device)
+      c.prefill.device = *opts.device;
     if (opts.fault_rate)
       c.workload.fault_rate = *opts.fault_rate;
     if (opts.log_level)

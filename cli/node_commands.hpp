@@ -34,6 +34,7 @@ struct demo_options {
   std::optional<uint64_t> chunk_tokens;
   bool bulk = false;
   std::optional<std::string> provider;
+  std::optional<std::string> device;
   std::optional<double> fault_rate;
   std::optional<std::string> log_level;
   std::string json_path;

@@ -73,6 +73,14 @@ struct prefill_config {
   uint32_t cp_rank = 0;
   /// KV pool pages of this rank.
   uint64_t pool_pages = 4096;
+  /// Where the forward runs and its KV pool lives: "cpu" (host pool, the
+  /// simulated forward on a thread) or "gpu" (CUDA builds: a device pool
+  /// written by a kernel per layer, CUDA events).
+  std::string device = "cpu";
+  /// device "gpu": how the fabric reads the device pool. "staging" copies
+  /// each layer to a pinned host mirror after its event; "hmem" registers
+  /// device memory (FI_HMEM; not built yet); "auto" = staging.
+  std::string kv_export = "auto";
 };
 
 /// [decode]

@@ -54,6 +54,8 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("port", c.prefill.port);
   v.field("cp_rank", c.prefill.cp_rank);
   v.field("pool_pages", c.prefill.pool_pages);
+  v.field("device", c.prefill.device);
+  v.field("kv_export", c.prefill.kv_export);
   v.table("decode");
   v.field("pool_pages", c.decode.pool_pages);
   v.field("prefill", c.decode.prefill);
@@ -81,6 +83,8 @@ void visit_fields(Config& c, Visitor& v) {
 constexpr const char* providers[] = {"",        "tcp;ofi_rxm",   "net", "shm",
                                      "sockets", "verbs;ofi_rxm", "efa", "udp;ofi_rxd"};
 constexpr const char* networks[] = {"test", "deployment"};
+constexpr const char* devices[] = {"cpu", "gpu"};
+constexpr const char* kv_exports[] = {"auto", "staging", "hmem"};
 constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr uint32_t max_cp_size = 64;
 constexpr size_t min_token_chars = 16;
@@ -611,6 +615,12 @@ void check_general(const deployment_config& c, const std::string& file) {
     refuse(file, "cluster.network",
            "unknown value " + quoted(cl.network) + "; one of " + one_of(networks) +
                " (\"test\": loopback or test hosts only; \"deployment\": a real cluster)");
+  if (!contains(devices, c.prefill.device))
+    refuse(file, "prefill.device",
+           "unknown device " + quoted(c.prefill.device) + "; one of " + one_of(devices));
+  if (!contains(kv_exports, c.prefill.kv_export))
+    refuse(file, "prefill.kv_export",
+           "unknown value " + quoted(c.prefill.kv_export) + "; one of " + one_of(kv_exports));
   if (c.prefill.cp_rank >= cl.cp_size)
     refuse(file, "prefill.cp_rank",
            "must be below cluster.cp_size (" + std::to_string(cl.cp_size) + "), got " +

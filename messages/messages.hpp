@@ -422,16 +422,19 @@ struct batch_done {
   int64_t end_ns = 0;
   /// Per layer: how long the notifier call took on the forward thread.
   std::vector<int64_t> notify_ns;
+  /// Set when the forward did not write the batch's KV (the device failed):
+  /// every room of the batch fails with this reason.
+  caf::error status;
   friend bool operator==(const batch_done& a, const batch_done& b) {
     return a.batch == b.batch && a.start_ns == b.start_ns && a.end_ns == b.end_ns &&
-           a.notify_ns == b.notify_ns;
+           a.notify_ns == b.notify_ns && a.status == b.status;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_done& x) {
   return inspect_fields(f, caf::meta::type_name("batch_done"), x.batch, x.start_ns, x.end_ns,
-                        x.notify_ns);
+                        x.notify_ns, x.status);
 }
 
 /// local (bench) -> scheduler: start no forward batch until `rooms` requests

@@ -28,6 +28,11 @@ struct kv_fill_args {
 /// cudaError_t (0 = cudaSuccess); never waits for the device.
 int launch_kv_fill(const kv_fill_args& args, stream_handle stream);
 
+/// Enqueues the simulated compute of one layer on `stream`: one thread that
+/// waits `ns` nanoseconds on the device's global timer. Returns the launch's
+/// cudaError_t; never waits for the device.
+int launch_compute(uint64_t ns, stream_handle stream);
+
 /// The kernel's formula for word `word` (8 bytes, little-endian) of a row,
 /// run on the host: tests compare it with kv_pattern::fill_row without a GPU.
 uint64_t kv_pattern_word(uint64_t room, uint32_t layer, uint32_t buffer, uint64_t token,

@@ -6,22 +6,24 @@
 #include <caf/send.hpp>
 
 #include "common/log.hpp"
+#include "node/device_select.hpp"
 
 namespace layerstream {
 
 caf::expected<std::unique_ptr<prefill_node>>
 prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank,
-                    std::shared_ptr<trace_recorder> trace) {
+                    std::shared_ptr<trace_recorder> trace, const device_factory& make_device) {
   auto node = std::make_unique<prefill_node>();
   node->cp_rank = cp_rank;
-  auto pool = kv_pool::create(cfg.model, cfg.prefill.pool_pages);
-  if (!pool)
-    return pool.error();
-  node->pool = std::move(*pool);
+  auto device = make_device ? make_device(cfg, cp_rank) : make_prefill_device(cfg, cp_rank);
+  if (!device)
+    return device.error();
+  node->device = std::move(*device);
   transport_config tcfg;
   tcfg.fabric.provider = cfg.fabric.provider;
   tcfg.fabric.bind_address = cfg.fabric.bind_address;
-  tcfg.regions.push_back({node->pool->base(), node->pool->bytes()});
+  const auto src = node->device->src();
+  tcfg.regions.push_back({src.base, src.bytes, src.cuda, src.cuda_device});
   tcfg.write_timeout = cfg.timeouts.submit;
   tcfg.scope =
       cfg.cluster.network == "deployment" ? network_scope::deployment : network_scope::test;
@@ -57,9 +59,10 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   if (trace)
     trace->name_process(cp_rank, "prefill rank " + std::to_string(cp_rank));
   node->scheduler =
-      sys.spawn(scheduler_impl, scfg, node->pool.get(), node->transport, node->manager);
-  LS_INFO("prefill rank {}/{}: pool {} pages x {} B, provider '{}'", cp_rank, cfg.cluster.cp_size,
-          cfg.prefill.pool_pages, node->pool->item_len(), cfg.fabric.provider);
+      sys.spawn(scheduler_impl, scfg, node->device.get(), node->transport, node->manager);
+  LS_INFO("prefill rank {}/{}: device {}, pool {} pages x {} B, provider '{}'", cp_rank,
+          cfg.cluster.cp_size, node->device->name(), cfg.prefill.pool_pages,
+          node->device->layout().item_len(), cfg.fabric.provider);
   return node;
 }
 
@@ -97,10 +100,11 @@ void decode_node::stop() {
 }
 
 caf::error local_cluster::start(caf::actor_system& sys, const deployment_config& cfg,
-                                std::shared_ptr<trace_recorder> trace) {
+                                std::shared_ptr<trace_recorder> trace,
+                                const device_factory& make_device) {
   std::vector<scheduler_actor> schedulers;
   for (uint32_t r = 0; r < cfg.cluster.cp_size; ++r) {
-    auto node = prefill_node::start(sys, cfg, r, trace);
+    auto node = prefill_node::start(sys, cfg, r, trace, make_device);
     if (!node)
       return make_error(lserr::bad_input,
                         "prefill rank " + std::to_string(r) + ": " + describe(node.error()));

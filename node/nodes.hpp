@@ -1,7 +1,8 @@
 // Assembling a process's actors from the deployment config.
 //
-// prefill_node: one prefill rank = its KV pool, libfabric transport actor,
-// manager and scheduler (the forward thread lives in the scheduler).
+// prefill_node: one prefill rank = its device (KV pool and forward:
+// node/device_select.hpp), libfabric transport actor, manager and scheduler
+// (the forward thread lives in the scheduler).
 // decode_node: one decode rank = its KV pool, the registered fabric target
 // (kept progressing) and the receiver.
 // The demo builds cp_size prefill nodes and a decode node in one process;
@@ -12,6 +13,7 @@
 // nodes before the actor_system, or call stop() and let the system wait).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -22,21 +24,29 @@
 #include "actors/scheduler.hpp"
 #include "config/config.hpp"
 #include "model/kv_pool.hpp"
+#include "model/prefill_device.hpp"
 #include "transport/transport_actor.hpp"
 
 namespace layerstream {
 
+/// Makes rank `cp_rank`'s device. The default is make_prefill_device (the
+/// config's prefill.device); tests pass their own to put a faulty device
+/// under a real node.
+using device_factory = std::function<caf::expected<std::unique_ptr<prefill_device>>(
+    const deployment_config& cfg, uint32_t cp_rank)>;
+
 struct prefill_node {
   uint32_t cp_rank = 0;
-  std::unique_ptr<kv_pool> pool;
+  std::unique_ptr<prefill_device> device;
   transport_actor transport;
   manager_actor manager;
   scheduler_full_actor scheduler;
 
-  /// `trace` (optional) records this rank's timeline.
+  /// `trace` (optional) records this rank's timeline; `make_device`
+  /// (optional) replaces make_prefill_device.
   static caf::expected<std::unique_ptr<prefill_node>>
   start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank,
-        std::shared_ptr<trace_recorder> trace = nullptr);
+        std::shared_ptr<trace_recorder> trace = nullptr, const device_factory& make_device = {});
   void stop();
 };
 
@@ -60,7 +70,8 @@ struct local_cluster {
   /// Starts every prefill rank, then the decode node. On error, what was
   /// started is still here for stop().
   caf::error start(caf::actor_system& sys, const deployment_config& cfg,
-                   std::shared_ptr<trace_recorder> trace = nullptr);
+                   std::shared_ptr<trace_recorder> trace = nullptr,
+                   const device_factory& make_device = {});
 
   /// Stops every actor, waits for all actors of `sys`, closes the fabric target.
   void stop(caf::actor_system& sys);

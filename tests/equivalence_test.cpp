@@ -3,6 +3,8 @@
 // pool, equal to the expected bytes, with exactly the owned bytes written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -18,6 +20,7 @@
 
 #include "common/log.hpp"
 #include "config/loader.hpp"
+#include "node/device_select.hpp"
 #include "node/nodes.hpp"
 
 using namespace layerstream;
@@ -38,12 +41,13 @@ struct quiet_config : caf::actor_system_config {
 
 /// Runs the workload in one process (cp_size prefill ranks + a decode node)
 /// and returns the report and a copy of the decode pool.
-run_result run_once(const deployment_config& cfg, std::shared_ptr<trace_recorder> trace = nullptr) {
+run_result run_once(const deployment_config& cfg, std::shared_ptr<trace_recorder> trace = nullptr,
+                    const device_factory& make_device = {}) {
   run_result out;
   quiet_config scfg;
   caf::actor_system sys{scfg};
   local_cluster cluster;
-  if (auto err = cluster.start(sys, cfg, std::move(trace))) {
+  if (auto err = cluster.start(sys, cfg, std::move(trace), make_device)) {
     ADD_FAILURE() << describe(err);
   } else {
     out.report = run_workload(sys, cluster.decode->receiver, cfg);
@@ -259,3 +263,178 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Equivalence,
                            return "cp" + std::to_string(p.cp) + (p.mla ? "_mla" : "_kv") +
                                   "_chunk" + std::to_string(p.chunk_tokens);
                          });
+
+// -- a forward that fails ----------------------------------------------------
+
+namespace {
+
+/// A cpu_device whose forward reports a device error for the batches in
+/// `fail` (the rank's batch ids are 1, 2, ... in the order they run) after
+/// notifying only the first `notified` layers of them, as a GPU forward does
+/// when a kernel launch fails mid-batch. Its KV writes still happen: a room
+/// of a failed batch must fail although its bytes would check out.
+class failing_device final : public prefill_device {
+ public:
+  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified)
+      : inner_(std::move(inner)), fail_(std::move(fail)), notified_(notified) {}
+
+  std::string name() const override { return "cpu (failing)"; }
+  const kv_layout& layout() const override { return inner_->layout(); }
+  std::vector<uint64_t> src_k_ptrs() const override { return inner_->src_k_ptrs(); }
+  std::vector<uint64_t> src_v_ptrs() const override { return inner_->src_v_ptrs(); }
+  src_memory src() const override { return inner_->src(); }
+  event_source& events() override { return inner_->events(); }
+  stream_handle notify_stream() const override { return inner_->notify_stream(); }
+
+  caf::expected<std::unique_ptr<forward_runner>>
+  make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
+               forward_runner::done_fn done) override {
+    // Batches run one after the other on the forward thread: the count of
+    // done calls so far names the running batch.
+    auto running = std::make_shared<std::atomic<uint64_t>>(1);
+    auto failing = [fail = fail_, running] {
+      return std::find(fail.begin(), fail.end(), running->load()) != fail.end();
+    };
+    return inner_->make_forward(
+        layer_compute,
+        [notify, failing, notified = notified_](uint32_t layer) {
+          if (!failing() || layer < notified)
+            notify(layer);
+        },
+        [done, failing, running](uint64_t batch, forward_timing timing) {
+          if (failing())
+            timing.status = make_error(lserr::event_failed, "kv_fill launch failed (test)");
+          ++*running;
+          done(batch, std::move(timing));
+        });
+  }
+
+ private:
+  std::unique_ptr<cpu_device> inner_;
+  std::vector<uint64_t> fail_;
+  uint32_t notified_;
+};
+
+device_factory failing_devices(std::vector<uint64_t> fail, uint32_t notified) {
+  return [fail, notified](const deployment_config& cfg,
+                          uint32_t) -> caf::expected<std::unique_ptr<prefill_device>> {
+    auto dev = cpu_device::create(cfg.model, cfg.prefill.pool_pages);
+    if (!dev)
+      return dev.error();
+    return std::unique_ptr<prefill_device>(
+        std::make_unique<failing_device>(std::move(*dev), fail, notified));
+  };
+}
+
+bool all_name_the_forward(const workload_report& rep) {
+  for (const auto& f : rep.failures)
+    if (f.find("forward: ") == std::string::npos ||
+        f.find("kv_fill launch failed (test)") == std::string::npos) {
+      ADD_FAILURE() << "not the forward's reason: " << f;
+      return false;
+    }
+  return !rep.failures.empty();
+}
+
+} // namespace
+
+TEST(ForwardFailure, EveryRoomOfAFailedBatchFailsWithTheForwardsReasonAndTheRestComplete) {
+  log::set_level("off"); // the failures are expected
+  for (bool per_layer : {true, false}) {
+    SCOPED_TRACE(per_layer ? "per-layer" : "bulk");
+    auto cfg = harness_config(shape{2, false, 0, 51});
+    cfg.transfer.per_layer = per_layer;
+    // Batch 1 of each rank fails after its first 2 layers were notified.
+    auto r = run_once(cfg, nullptr, failing_devices({1}, 2));
+    EXPECT_GE(r.report.failed, 1u) << "the first batch's rooms";
+    EXPECT_LE(r.report.failed, cfg.transfer.max_batch * cfg.cluster.cp_size);
+    EXPECT_GE(r.report.complete, 1u) << "later batches";
+    EXPECT_EQ(r.report.complete + r.report.failed, cfg.workload.rooms);
+    EXPECT_TRUE(r.report.bit_exact) << "a complete room with a wrong byte";
+    EXPECT_TRUE(all_name_the_forward(r.report));
+    for (auto& f : r.report.failures)
+      EXPECT_NE(f.find("forward:"), std::string::npos) << f;
+  }
+}
+
+TEST(ForwardFailure, WhenEveryBatchFailsNoRoomCompletesAndTheBulkPathSendsNothing) {
+  log::set_level("off");
+  for (bool per_layer : {true, false}) {
+    SCOPED_TRACE(per_layer ? "per-layer" : "bulk");
+    auto cfg = harness_config(shape{1, false, 64, 52});
+    cfg.transfer.per_layer = per_layer;
+    std::vector<uint64_t> every(64);
+    for (uint64_t b = 0; b < every.size(); ++b)
+      every[b] = b + 1;
+    auto r = run_once(cfg, nullptr, failing_devices(every, 0));
+    EXPECT_EQ(r.report.complete, 0u);
+    EXPECT_EQ(r.report.failed, cfg.workload.rooms);
+    EXPECT_TRUE(all_name_the_forward(r.report));
+    // No layer was notified and the bulk path must not send what the forward
+    // did not write: not one byte reaches decode.
+    EXPECT_EQ(r.report.bytes_written, 0u);
+  }
+}
+
+// -- the same harness on the GPU forward ----------------------------------------
+
+namespace {
+
+/// Why the GPU forward cannot run here ("" = it can).
+std::string gpu_unavailable() {
+  if (!built_with_cuda())
+    return "this build has no CUDA (nvcc not found, or a sanitizer build)";
+  auto cfg = harness_config(shape{1, false, 0, 1});
+  cfg.prefill.device = "gpu";
+  cfg.prefill.pool_pages = 1;
+  auto dev = make_prefill_device(cfg, 0);
+  return dev ? std::string{} : describe(dev.error());
+}
+
+} // namespace
+
+TEST(EquivalenceGpu, TheGpuForwardGivesDecodeTheSameBytesAsTheCpuForward) {
+  if (auto why = gpu_unavailable(); !why.empty())
+    GTEST_SKIP() << "GPU test skipped: " << why;
+  log::set_level("warn");
+  for (const auto& p : {shape{1, false, 0, 61}, shape{2, true, 48, 62}, shape{2, false, 64, 63}}) {
+    for (bool per_layer : {true, false}) {
+      SCOPED_TRACE(::testing::PrintToString(p) + (per_layer ? ", per-layer" : ", bulk"));
+      auto cfg = harness_config(p);
+      cfg.transfer.per_layer = per_layer;
+      auto cpu = run_once(cfg);
+      cfg.prefill.device = "gpu";
+      cfg.prefill.kv_export = "staging";
+      auto gpu = run_once(cfg);
+      EXPECT_EQ(gpu.report.complete, cfg.workload.rooms);
+      EXPECT_TRUE(gpu.report.bit_exact);
+      EXPECT_EQ(gpu.report.bytes_written, gpu.report.bytes_expected);
+      for (auto& f : gpu.report.failures)
+        ADD_FAILURE() << f;
+      ASSERT_EQ(gpu.decode_pool.size(), cpu.decode_pool.size());
+      EXPECT_TRUE(
+          std::memcmp(gpu.decode_pool.data(), cpu.decode_pool.data(), cpu.decode_pool.size()) == 0)
+          << "decode pools differ between the CPU and the GPU forward";
+    }
+  }
+}
+
+TEST(DeviceSelect, AGpuChoiceThisBuildOrMachineCannotHonourIsRefusedWithTheReason) {
+  auto cfg = harness_config(shape{1, false, 0, 1});
+  cfg.prefill.device = "gpu";
+  auto dev = make_prefill_device(cfg, 0);
+  if (!built_with_cuda()) {
+    ASSERT_FALSE(dev);
+    EXPECT_NE(describe(dev.error()).find("built without CUDA"), std::string::npos)
+        << describe(dev.error());
+  } else if (!dev) {
+    EXPECT_NE(describe(dev.error()).find("device gpu"), std::string::npos) << describe(dev.error());
+  }
+  cfg.prefill.kv_export = "hmem";
+  auto hmem = make_prefill_device(cfg, 0);
+  ASSERT_FALSE(hmem) << "hmem registration is not built: it must be refused, not ignored";
+  const auto why = describe(hmem.error());
+  EXPECT_TRUE(why.find("FI_HMEM") != std::string::npos ||
+              why.find("built without CUDA") != std::string::npos)
+      << why;
+}

@@ -233,6 +233,13 @@ transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<tra
 } // namespace
 
 caf::expected<transport_actor> spawn_transport(caf::actor_system& sys, transport_config cfg) {
+  for (const auto& span : cfg.regions)
+    if (span.cuda)
+      return make_error(lserr::bad_input,
+                        "region of " + std::to_string(span.length) + " B is CUDA device " +
+                            std::to_string(span.cuda_device) +
+                            " memory: registering device memory (FI_HMEM) is not built; use "
+                            "prefill.kv_export = \"staging\"");
   auto ep = fabric::endpoint::open(cfg.fabric);
   if (!ep)
     return std::move(ep.error());

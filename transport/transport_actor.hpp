@@ -51,6 +51,11 @@ namespace layerstream {
 struct memory_span {
   void* base = nullptr;
   uint64_t length = 0;
+  /// Device memory (CUDA device `cuda_device`). Registering it needs FI_HMEM
+  /// with iface FI_HMEM_CUDA, which this transport does not do yet:
+  /// spawn_transport refuses such a region (use the staging export).
+  bool cuda = false;
+  int cuda_device = 0;
 };
 
 struct transport_config {

@@ -125,7 +125,9 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(finish_deadline{5});
   round_trip(transfer_info{42, 1000, some_peer(), {9, 8, 7}, {1, 2}, {3, 4}, {64, 64, 32, 32}, 2});
   round_trip(kv_ready{42, 1, make_error(lserr::peer_lost, "rank 1 lost"), 7});
-  round_trip(batch_done{3, -1, 1ll << 62, {120, 95}});
+  round_trip(batch_done{3, -1, 1ll << 62, {120, 95}, {}});
+  round_trip(
+      batch_done{4, 10, 20, {}, make_error(lserr::event_failed, "kv_fill launch: no device")});
   round_trip(hold_forward{16, 7, caf::timespan{std::chrono::seconds(10)}});
   round_trip(stats_query{});
   round_trip(scheduler_stats{1, 2, 3, {4, 5}, {6}, {7, 8}, 9, 10, 11});

@@ -3,10 +3,11 @@
 #   1. builds the plain tree with CUDA required (build-gpu/, -DLAYERSTREAM_CUDA=ON),
 #   2. runs the GPU tests (ctest -L gpu: event pool, completion, the kernel-fault
 #      failure, kernel bytes == kv_pattern, staging == device bytes),
-#   3. the equivalence part that exists on GPU (GpuKvPool: CPU model and
-#      kernel pools byte-identical; KvExport: staged layers == CPU bytes),
-#   4. `layerstream bench tail --quick` -- on the CPU model: the GPU forward
-#      is not wired into the scheduler yet,
+#   3. the equivalence harness on GPU: the pool checks (GpuKvPool: CPU model
+#      and kernel pools byte-identical; KvExport: staged layers == CPU bytes)
+#      and EquivalenceGpu (the whole demo path with prefill.device = "gpu":
+#      decode's pool equals the CPU forward's, bit-exact, per-layer and bulk),
+#   4. `layerstream bench tail --quick --device gpu` (the GPU forward, staging),
 # and prints a short table last. Exits 77 (skip) without a device.
 # Usage: tests/gpu/run.sh [build-dir]   (about 2-4 minutes on 16 cores)
 set -uo pipefail
@@ -28,7 +29,7 @@ row() { rows+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
 
 t0=$(date +%s)
 if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERSTREAM_CUDA=ON >"$BUILD.configure.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$jobs" --target gpu_test gpu_fault_test event_waiter_test layerstream \
+   cmake --build "$BUILD" -j"$jobs" --target gpu_test gpu_fault_test event_waiter_test equivalence_test layerstream \
      >"$BUILD.build.log" 2>&1; then
   row "build (CUDA on)" ok "$(( $(date +%s) - t0 )) s"
 else
@@ -51,14 +52,16 @@ run_ctest() { # name, ctest args...
 run_ctest "gpu tests (label gpu)" -L gpu
 run_ctest "event waiter (CPU logic)" -R '^EventWaiterTest'
 run_ctest "equivalence on GPU (pools)" -R '^gpu\.(GpuKvPool|GpuKvKernelFormula|KvExport)'
+run_ctest "equivalence on GPU (demo path)" -R '^EquivalenceGpu\.'
 
 t1=$(date +%s)
-if timeout 240 "$BUILD/layerstream" bench tail --quick --json "$BUILD/bench_tail_gpu.json" \
-     >"$BUILD/bench_tail.log" 2>&1; then
-  row "bench tail --quick (CPU model)" ok "$(( $(date +%s) - t1 )) s, $BUILD/bench_tail_gpu.json"
+if timeout 240 "$BUILD/layerstream" bench tail --quick --device gpu \
+     --json "$BUILD/bench_tail_gpu.json" >"$BUILD/bench_tail.log" 2>&1; then
+  row "bench tail --quick --device gpu" ok "$(( $(date +%s) - t1 )) s, $BUILD/bench_tail_gpu.json"
 else
-  row "bench tail --quick (CPU model)" FAIL "see $BUILD/bench_tail.log"; status=1
+  row "bench tail --quick --device gpu" FAIL "see $BUILD/bench_tail.log"; status=1
 fi
+tail -12 "$BUILD/bench_tail.log"
 
 echo
 echo "== tests/gpu/run.sh ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"

@@ -1,0 +1,200 @@
+#include "device/gpu_device.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <cuda_runtime_api.h>
+
+#include "device/cuda_check.hpp"
+#include "model/kv_kernel.hpp"
+
+namespace layerstream {
+
+namespace {
+
+/// The GPU forward thread: enqueues each layer's compute, KV write and
+/// staging on the compute stream, then notifies; synchronizes once per batch.
+class gpu_forward final : public forward_runner {
+ public:
+  gpu_forward(gpu_kv_pool& pool, kv_export& exp, stream_handle compute,
+              std::chrono::microseconds layer_compute, notify_fn notify, done_fn done)
+      : pool_(pool), export_(exp), compute_(compute), layer_compute_(layer_compute),
+        notify_(std::move(notify)), done_(std::move(done)), thread_([this] { loop(); }) {}
+
+  ~gpu_forward() override { stop(); }
+  gpu_forward(const gpu_forward&) = delete;
+  gpu_forward& operator=(const gpu_forward&) = delete;
+
+  void run(forward_batch batch) override {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      queue_.push_back(std::move(batch));
+    }
+    cv_.notify_one();
+  }
+
+  void stop() override {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      stopping_ = true;
+      queue_.clear();
+    }
+    cv_.notify_one();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+  void set_trace(std::shared_ptr<trace_recorder> trace, uint32_t pid) override {
+    std::lock_guard<std::mutex> guard{mtx_}; // published to the forward thread by the queue's lock
+    trace_ = std::move(trace);
+    trace_pid_ = pid;
+  }
+
+  void set_skip_notify(std::vector<uint32_t> layers) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    skip_notify_ = std::move(layers);
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      forward_batch batch;
+      {
+        std::unique_lock<std::mutex> guard{mtx_};
+        cv_.wait(guard, [this] { return stopping_ || !queue_.empty(); });
+        if (stopping_)
+          return;
+        batch = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      execute(batch);
+    }
+  }
+
+  /// Enqueues one layer: compute, every request's KV write, the export's stage.
+  caf::error enqueue_layer(uint32_t layer, const forward_batch& batch,
+                           const std::vector<gpu_page_table>& tables,
+                           const std::vector<uint64_t>& pages) {
+    const auto ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(layer_compute_).count());
+    CUDA_RETURN_IF_ERROR(lserr::event_failed, launch_compute(ns, compute_));
+    for (size_t i = 0; i < batch.items.size(); ++i) {
+      const auto& item = batch.items[i];
+      if (auto err = pool_.write_layer(item.room, layer, tables[i], item.first_token,
+                                       item.last_token, item.prompt_tokens, compute_))
+        return err;
+    }
+    return export_.stage(layer, pages);
+  }
+
+  void execute(const forward_batch& batch) {
+    forward_timing timing;
+    timing.start = std::chrono::steady_clock::now();
+    // The requests' page tables, and the pool pages the batch writes (staging copies them).
+    std::vector<gpu_page_table> tables;
+    std::vector<uint64_t> pages;
+    const uint64_t ps = pool_.page_size();
+    for (const auto& item : batch.items) {
+      auto t = gpu_page_table::create(item.pages);
+      if (!t) {
+        timing.status = t.error();
+        break;
+      }
+      tables.push_back(std::move(*t));
+      for (uint64_t p = item.first_token / ps; p < (item.last_token + ps - 1) / ps; ++p)
+        pages.push_back(item.pages[p]);
+    }
+    std::sort(pages.begin(), pages.end()); // runs of consecutive pages: fewer copies
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    for (uint32_t layer = 0; !timing.status && layer < pool_.layers(); ++layer) {
+      auto t0 = steady_ns();
+      if (auto err = enqueue_layer(layer, batch, tables, pages)) {
+        // No notify: the layer's contexts never see it; the batch fails.
+        timing.status = make_error(lserr::event_failed,
+                                   "layer " + std::to_string(layer) + ": " + describe(err));
+        break;
+      }
+      const auto written = std::chrono::steady_clock::now();
+      timing.layer_written.push_back(written);
+      if (std::find(skip_notify_.begin(), skip_notify_.end(), layer) == skip_notify_.end())
+        notify_(layer);
+      timing.notify_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - written)
+                                     .count());
+      if (trace_)
+        trace_->span("enqueue " + std::to_string(layer), "forward", trace_pid_, 0, t0, steady_ns());
+    }
+    // The forward ends when the device finished it; a sticky error fails the batch.
+    if (auto err = CUDA_CHECK(lserr::event_failed,
+                              cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(compute_))))
+      if (!timing.status)
+        timing.status = std::move(err);
+    timing.end = std::chrono::steady_clock::now();
+    tables.clear(); // the kernels that read them are done
+    done_(batch.id, std::move(timing));
+  }
+
+  gpu_kv_pool& pool_;
+  kv_export& export_;
+  stream_handle compute_;
+  std::chrono::microseconds layer_compute_;
+  notify_fn notify_;
+  done_fn done_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<forward_batch> queue_;
+  bool stopping_ = false;
+  std::shared_ptr<trace_recorder> trace_;
+  uint32_t trace_pid_ = 0;
+  std::vector<uint32_t> skip_notify_;
+  std::thread thread_;
+};
+
+} // namespace
+
+caf::expected<std::unique_ptr<gpu_device>> gpu_device::create(const model_config& model,
+                                                              uint64_t pages) {
+  auto count = cuda_device_count();
+  if (!count)
+    return count.error();
+  if (*count == 0)
+    return make_error(lserr::bad_input, "no CUDA device is visible");
+  std::unique_ptr<gpu_device> dev{new gpu_device};
+  CUDA_RETURN_IF_ERROR(lserr::bad_input, cudaGetDevice(&dev->cuda_device_));
+  auto pool = gpu_kv_pool::create(model, pages);
+  if (!pool)
+    return pool.error();
+  dev->pool_ = std::move(*pool);
+  auto stream = cuda_stream::create();
+  if (!stream)
+    return stream.error();
+  dev->compute_ = std::move(*stream);
+  // Debian's libfabric registers no CUDA memory: staging (kv_export.hpp).
+  auto exp = make_staging_export(*dev->pool_, dev->compute_.handle());
+  if (!exp)
+    return exp.error();
+  dev->export_ = std::move(*exp);
+  auto events = cuda_event_source::create();
+  if (!events)
+    return events.error();
+  dev->events_ = std::move(*events);
+  return dev;
+}
+
+gpu_device::~gpu_device() = default;
+
+src_memory gpu_device::src() const {
+  return {export_->src_base(), export_->src_bytes(), export_->device_memory(), cuda_device_};
+}
+
+caf::expected<std::unique_ptr<forward_runner>>
+gpu_device::make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
+                         forward_runner::done_fn done) {
+  return std::unique_ptr<forward_runner>(std::make_unique<gpu_forward>(
+      *pool_, *export_, compute_.handle(), layer_compute, std::move(notify), std::move(done)));
+}
+
+} // namespace layerstream

@@ -1,0 +1,48 @@
+#include "node/device_select.hpp"
+
+#include "common/log.hpp"
+
+#ifdef LAYERSTREAM_WITH_CUDA
+#include "device/gpu_device.hpp"
+#endif
+
+namespace layerstream {
+
+bool built_with_cuda() {
+#ifdef LAYERSTREAM_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+caf::expected<std::unique_ptr<prefill_device>> make_prefill_device(const deployment_config& cfg,
+                                                                   uint32_t cp_rank) {
+  const auto& p = cfg.prefill;
+  if (p.device == "cpu") {
+    auto dev = cpu_device::create(cfg.model, p.pool_pages);
+    if (!dev)
+      return dev.error();
+    return std::unique_ptr<prefill_device>(std::move(*dev));
+  }
+  if (p.device != "gpu")
+    return make_error(lserr::bad_input, "prefill.device: unknown device '" + p.device + "'");
+#ifdef LAYERSTREAM_WITH_CUDA
+  if (p.kv_export == "hmem")
+    return make_error(lserr::bad_input,
+                      "prefill.kv_export = \"hmem\": registering device memory with the fabric "
+                      "(FI_HMEM) is not built; use \"staging\" or \"auto\"");
+  auto dev = gpu_device::create(cfg.model, p.pool_pages);
+  if (!dev)
+    return make_error(lserr::bad_input, "prefill rank " + std::to_string(cp_rank) +
+                                            ": device gpu: " + describe(dev.error()));
+  return std::unique_ptr<prefill_device>(std::move(*dev));
+#else
+  (void)cp_rank;
+  return make_error(lserr::bad_input,
+                    "prefill.device = \"gpu\", but this binary was built without CUDA (nvcc was "
+                    "not found at build time, or a sanitizer build)");
+#endif
+}
+
+} // namespace layerstream
