@@ -79,7 +79,9 @@ struct prefill_config {
   std::string device = "cpu";
   /// device "gpu": how the fabric reads the device pool. "staging" copies
   /// each layer to a pinned host mirror after its event; "hmem" registers
-  /// device memory (FI_HMEM; not built yet); "auto" = staging.
+  /// the device pool with the fabric (FI_HMEM, iface CUDA) and is refused
+  /// where the provider cannot; "auto" = hmem where a registration probe on
+  /// the rank's provider succeeds, staging otherwise.
   std::string kv_export = "auto";
 };
 

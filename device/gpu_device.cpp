@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/log.hpp"
 #include "device/cuda_check.hpp"
 #include "model/kv_kernel.hpp"
 
@@ -156,7 +157,11 @@ class gpu_forward final : public forward_runner {
 } // namespace
 
 caf::expected<std::unique_ptr<gpu_device>> gpu_device::create(const model_config& model,
-                                                              uint64_t pages) {
+                                                              uint64_t pages,
+                                                              const std::string& kv_export,
+                                                              const registration_probe& probe) {
+  if (kv_export != "staging" && kv_export != "hmem" && kv_export != "auto")
+    return make_error(lserr::bad_input, "kv_export: unknown export '" + kv_export + "'");
   auto count = cuda_device_count();
   if (!count)
     return count.error();
@@ -172,8 +177,24 @@ caf::expected<std::unique_ptr<gpu_device>> gpu_device::create(const model_config
   if (!stream)
     return stream.error();
   dev->compute_ = std::move(*stream);
-  // Debian's libfabric registers no CUDA memory: staging (kv_export.hpp).
-  auto exp = make_staging_export(*dev->pool_, dev->compute_.handle());
+  // Direct registration where the fabric can (the probe tries it on the
+  // pool itself); Debian's libfabric cannot (fi_mr_regattr with iface CUDA:
+  // -FI_ENOSYS), so "auto" stages there.
+  bool direct = false;
+  if (kv_export != "staging") {
+    caf::error why = probe ? probe(dev->pool_->base(), dev->pool_->bytes(), dev->cuda_device_)
+                           : make_error(lserr::bad_input, "no fabric to ask");
+    if (why && kv_export == "hmem")
+      return make_error(lserr::bad_input,
+                        "kv_export = \"hmem\": the fabric cannot register the device pool (" +
+                            describe(why) + "); use \"staging\" or \"auto\"");
+    if (why)
+      LS_INFO("gpu device {}: kv_export auto: staging through pinned host memory, because the "
+              "fabric cannot register device memory: {}",
+              dev->cuda_device_, describe(why));
+    direct = !why;
+  }
+  auto exp = make_kv_export(*dev->pool_, dev->compute_.handle(), direct);
   if (!exp)
     return exp.error();
   dev->export_ = std::move(*exp);

@@ -19,6 +19,7 @@
 // No CUDA types here: node/device_select.cpp (g++) includes it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,12 +32,21 @@
 
 namespace layerstream {
 
+/// Whether the fabric registers [ptr, ptr + len) of CUDA device `device`
+/// (an empty error), or why not. node/device_select.cpp supplies one that
+/// tries the registration on the rank's provider.
+using registration_probe = std::function<caf::error(void* ptr, uint64_t len, int device)>;
+
 class gpu_device final : public prefill_device {
  public:
-  /// Opens the current CUDA device: pool, compute stream, staging export and
-  /// events. Fails with the reason where there is no usable device.
-  static caf::expected<std::unique_ptr<gpu_device>> create(const model_config& model,
-                                                           uint64_t pages);
+  /// Opens the current CUDA device: pool, compute stream, export and events.
+  /// `kv_export` (prefill.kv_export): "staging"; "hmem", refused with the
+  /// probe's reason where the fabric cannot register the pool; "auto", hmem
+  /// where the probe succeeds, staging otherwise (the reason is logged).
+  /// Fails with the reason where there is no usable device.
+  static caf::expected<std::unique_ptr<gpu_device>>
+  create(const model_config& model, uint64_t pages, const std::string& kv_export = "staging",
+         const registration_probe& probe = nullptr);
   ~gpu_device() override;
   gpu_device(const gpu_device&) = delete;
   gpu_device& operator=(const gpu_device&) = delete;

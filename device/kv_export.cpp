@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include <cuda_runtime_api.h>
-#include <rdma/fabric.h>
 
 #include "device/cuda_check.hpp"
 #include "model/gpu_kv_pool.hpp"
@@ -151,21 +150,6 @@ caf::expected<std::unique_ptr<kv_export>> make_staging_export(const gpu_kv_pool&
 caf::expected<std::unique_ptr<kv_export>> make_kv_export(const gpu_kv_pool& pool,
                                                          stream_handle compute, bool cuda_hmem) {
   return cuda_hmem ? make_hmem_export(pool, compute) : make_staging_export(pool, compute);
-}
-
-bool fabric_advertises_hmem(const std::string& provider) {
-  fi_info* hints = fi_allocinfo();
-  if (hints == nullptr)
-    return false;
-  hints->caps = FI_RMA | FI_HMEM;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->fabric_attr->prov_name = strdup(provider.c_str()); // freed by fi_freeinfo
-  fi_info* info = nullptr;
-  const int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info);
-  fi_freeinfo(hints);
-  if (info != nullptr)
-    fi_freeinfo(info);
-  return rc == 0;
 }
 
 } // namespace layerstream

@@ -3,8 +3,9 @@
 // implementations:
 //
 // - hmem_export (direct): the fabric reads the device pool itself. Only where
-//   the provider registers CUDA memory (FI_HMEM, iface FI_HMEM_CUDA). stage()
-//   enqueues nothing; the notifier records on the compute stream.
+//   the provider registers CUDA memory (FI_HMEM, iface FI_HMEM_CUDA: the
+//   transport does it; gpu_device probes it first). stage() enqueues
+//   nothing; the notifier records on the compute stream.
 // - staging_export: Debian's libfabric has no CUDA HMEM, so every layer is
 //   copied into a pinned host mirror of the pool (cudaMallocHost, same
 //   layout, so the transfer address math is unchanged: src = mirror base +
@@ -76,12 +77,5 @@ caf::expected<std::unique_ptr<kv_export>> make_staging_export(const gpu_kv_pool&
 /// hmem where `cuda_hmem` (the provider registers CUDA memory), staging otherwise.
 caf::expected<std::unique_ptr<kv_export>> make_kv_export(const gpu_kv_pool& pool,
                                                          stream_handle compute, bool cuda_hmem);
-
-/// True if `provider` (libfabric name, e.g. "tcp;ofi_rxm") offers an RDM
-/// endpoint with FI_RMA | FI_HMEM. Necessary, not sufficient, for the direct
-/// path: Debian's shm advertises FI_HMEM but was built without the CUDA
-/// iface. A registration of a device buffer (fi_mr_regattr, FI_HMEM_CUDA)
-/// would settle it; that check is not written yet.
-bool fabric_advertises_hmem(const std::string& provider);
 
 } // namespace layerstream

@@ -4,6 +4,7 @@
 
 #ifdef LAYERSTREAM_WITH_CUDA
 #include "device/gpu_device.hpp"
+#include "transport/fabric/endpoint.hpp"
 #endif
 
 namespace layerstream {
@@ -28,11 +29,15 @@ caf::expected<std::unique_ptr<prefill_device>> make_prefill_device(const deploym
   if (p.device != "gpu")
     return make_error(lserr::bad_input, "prefill.device: unknown device '" + p.device + "'");
 #ifdef LAYERSTREAM_WITH_CUDA
-  if (p.kv_export == "hmem")
-    return make_error(lserr::bad_input,
-                      "prefill.kv_export = \"hmem\": registering device memory with the fabric "
-                      "(FI_HMEM) is not built; use \"staging\" or \"auto\"");
-  auto dev = gpu_device::create(cfg.model, p.pool_pages);
+  // The probe registers the pool on the rank's own provider, as the
+  // transport will: asking fi_getinfo for FI_HMEM is not enough.
+  fabric::fabric_config fabric;
+  fabric.provider = cfg.fabric.provider;
+  fabric.bind_address = cfg.fabric.bind_address;
+  auto probe = [fabric](void* ptr, uint64_t len, int device) {
+    return fabric::probe_cuda_registration(fabric, ptr, len, device);
+  };
+  auto dev = gpu_device::create(cfg.model, p.pool_pages, p.kv_export, probe);
   if (!dev)
     return make_error(lserr::bad_input, "prefill rank " + std::to_string(cp_rank) +
                                             ": device gpu: " + describe(dev.error()));

@@ -419,6 +419,47 @@ TEST(EquivalenceGpu, TheGpuForwardGivesDecodeTheSameBytesAsTheCpuForward) {
   }
 }
 
+// kv_export "auto" on GPU: direct registration where the rank's provider
+// registers the device pool (the probe tries it), staging otherwise; decode's
+// bytes are the CPU forward's either way. "hmem" runs the direct path where
+// it is possible and is refused with the probe's reason where it is not.
+TEST(EquivalenceGpu, EveryKvExportTheFabricAllowsGivesDecodeTheCpuForwardsBytes) {
+  if (auto why = gpu_unavailable(); !why.empty())
+    GTEST_SKIP() << "GPU test skipped: " << why;
+  log::set_level("warn");
+  for (const char* provider : {"shm", "tcp;ofi_rxm"}) {
+    SCOPED_TRACE(provider);
+    auto cfg = harness_config(shape{2, false, 0, 64});
+    cfg.fabric.provider = provider;
+    auto cpu = run_once(cfg);
+    cfg.prefill.device = "gpu";
+    for (const char* exp : {"auto", "hmem"}) {
+      SCOPED_TRACE(exp);
+      cfg.prefill.kv_export = exp;
+      auto dev = make_prefill_device(cfg, 0);
+      if (!dev) {
+        EXPECT_STREQ(exp, "hmem") << "auto must fall back to staging: " << describe(dev.error());
+        EXPECT_NE(describe(dev.error()).find("cannot register the device pool"), std::string::npos)
+            << describe(dev.error());
+        std::printf("kv_export hmem over %s: refused: %s\n", provider,
+                    describe(dev.error()).c_str());
+        continue;
+      }
+      std::printf("kv_export %s over %s: %s\n", exp, provider, (*dev)->name().c_str());
+      dev->reset();
+      auto gpu = run_once(cfg);
+      EXPECT_EQ(gpu.report.complete, cfg.workload.rooms);
+      EXPECT_TRUE(gpu.report.bit_exact);
+      for (auto& f : gpu.report.failures)
+        ADD_FAILURE() << f;
+      ASSERT_EQ(gpu.decode_pool.size(), cpu.decode_pool.size());
+      EXPECT_TRUE(
+          std::memcmp(gpu.decode_pool.data(), cpu.decode_pool.data(), cpu.decode_pool.size()) == 0)
+          << "decode pools differ between the CPU and the GPU forward";
+    }
+  }
+}
+
 TEST(DeviceSelect, AGpuChoiceThisBuildOrMachineCannotHonourIsRefusedWithTheReason) {
   auto cfg = harness_config(shape{1, false, 0, 1});
   cfg.prefill.device = "gpu";
@@ -430,11 +471,17 @@ TEST(DeviceSelect, AGpuChoiceThisBuildOrMachineCannotHonourIsRefusedWithTheReaso
   } else if (!dev) {
     EXPECT_NE(describe(dev.error()).find("device gpu"), std::string::npos) << describe(dev.error());
   }
+  // "hmem" is honoured or refused with the reason, never quietly staged.
   cfg.prefill.kv_export = "hmem";
   auto hmem = make_prefill_device(cfg, 0);
-  ASSERT_FALSE(hmem) << "hmem registration is not built: it must be refused, not ignored";
+  if (hmem) {
+    EXPECT_EQ((*hmem)->name(), "gpu (hmem)");
+    EXPECT_TRUE((*hmem)->src().cuda) << "the direct path registers device memory";
+    return;
+  }
   const auto why = describe(hmem.error());
-  EXPECT_TRUE(why.find("FI_HMEM") != std::string::npos ||
-              why.find("built without CUDA") != std::string::npos)
+  EXPECT_TRUE(why.find("cannot register the device pool") != std::string::npos ||
+              why.find("built without CUDA") != std::string::npos ||
+              why.find("device gpu") != std::string::npos)
       << why;
 }

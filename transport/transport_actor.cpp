@@ -233,18 +233,17 @@ transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<tra
 } // namespace
 
 caf::expected<transport_actor> spawn_transport(caf::actor_system& sys, transport_config cfg) {
+  // Device memory is registered directly (FI_HMEM, iface CUDA): the endpoint
+  // must be opened for it, and a provider without it is refused at open().
   for (const auto& span : cfg.regions)
-    if (span.cuda)
-      return make_error(lserr::bad_input,
-                        "region of " + std::to_string(span.length) + " B is CUDA device " +
-                            std::to_string(span.cuda_device) +
-                            " memory: registering device memory (FI_HMEM) is not built; use "
-                            "prefill.kv_export = \"staging\"");
+    cfg.fabric.hmem = cfg.fabric.hmem || span.cuda;
   auto ep = fabric::endpoint::open(cfg.fabric);
   if (!ep)
     return std::move(ep.error());
   for (const auto& span : cfg.regions) {
-    auto reg = (*ep)->register_memory(span.base, span.length, FI_WRITE);
+    auto reg = (*ep)->register_memory(
+        span.base, span.length, FI_WRITE,
+        span.cuda ? fabric::memory_iface::cuda : fabric::memory_iface::host, span.cuda_device);
     if (!reg)
       return std::move(reg.error());
   }

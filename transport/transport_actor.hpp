@@ -51,9 +51,9 @@ namespace layerstream {
 struct memory_span {
   void* base = nullptr;
   uint64_t length = 0;
-  /// Device memory (CUDA device `cuda_device`). Registering it needs FI_HMEM
-  /// with iface FI_HMEM_CUDA, which this transport does not do yet:
-  /// spawn_transport refuses such a region (use the staging export).
+  /// Device memory (CUDA device `cuda_device`): spawn_transport opens the
+  /// endpoint with FI_HMEM and registers it with iface FI_HMEM_CUDA; a
+  /// provider that cannot is refused with the reason (use the staging export).
   bool cuda = false;
   int cuda_device = 0;
 };

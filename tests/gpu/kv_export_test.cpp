@@ -4,15 +4,18 @@
 #include "device/kv_export.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <future>
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "cuda_skip.hpp"
 #include "device/cuda_event.hpp"
 #include "model/gpu_kv_pool.hpp"
 #include "model/kv_pool.hpp"
+#include "transport/fabric/endpoint.hpp"
 #include "wait_for_event.hpp"
 
 using namespace layerstream;
@@ -105,7 +108,28 @@ TEST(KvExport, StagingRefusesPagesOutsideThePool) {
   EXPECT_TRUE(is((*exp)->stage(2, {0}), lserr::bad_layer));
 }
 
-TEST(KvExportProbe, AnUnknownProviderAdvertisesNoHmem) {
-  // No device needed: a libfabric query only.
-  EXPECT_FALSE(fabric_advertises_hmem("no-such-provider"));
+TEST(KvExportProbe, RegisteringThePoolOnShmSucceedsOrSaysWhy) {
+  SKIP_WITHOUT_CUDA();
+  model_config m;
+  m.layers = 2;
+  auto gpu = gpu_kv_pool::create(m, 4);
+  ASSERT_TRUE(gpu) << describe(gpu.error());
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  fabric::fabric_config cfg;
+  cfg.provider = "shm"; // offers FI_HMEM; whether it registers CUDA depends on its build
+  auto why = fabric::probe_cuda_registration(cfg, (*gpu)->base(), (*gpu)->bytes(), device);
+  if (why) {
+    // Debian's libfabric (no CUDA): fi_mr_regattr answers -FI_ENOSYS.
+    EXPECT_NE(describe(why).find("fi_mr_regattr"), std::string::npos) << describe(why);
+    EXPECT_NE(describe(why).find("CUDA device"), std::string::npos) << describe(why);
+  }
+  std::printf("shm registers CUDA memory here: %s\n", why ? describe(why).c_str() : "yes");
+  // A host endpoint refuses device memory whatever the build.
+  cfg.hmem = false;
+  auto ep = fabric::endpoint::open(cfg);
+  ASSERT_TRUE(ep) << describe(ep.error());
+  auto reg = (*ep)->register_memory((*gpu)->base(), (*gpu)->bytes(), FI_WRITE,
+                                    fabric::memory_iface::cuda, device);
+  EXPECT_FALSE(reg);
 }

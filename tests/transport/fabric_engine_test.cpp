@@ -376,6 +376,75 @@ TEST_P(FabricEngine, AWriteWithAWrongRemoteKeyGetsARealErrorCompletion) {
   }
 }
 
+// The FI_HMEM path (device-memory registration) on host memory: an initiator
+// opened with FI_HMEM registers through fi_mr_regattr like any other and its
+// writes land byte for byte. A provider without FI_HMEM is refused at open()
+// with the reason. shm offers FI_HMEM in every libfabric since 1.10 (system
+// memory at least), so the write path is exercised there.
+TEST_P(FabricEngine, AnHmemInitiatorWritesByteForByteOrItsProviderIsRefusedWithTheReason) {
+  fabric::fabric_config probe_cfg;
+  probe_cfg.provider = GetParam();
+  probe_cfg.hmem = true;
+  auto probe = fabric::endpoint::open(probe_cfg);
+  if (!probe) {
+    ASSERT_NE(GetParam(), "shm") << describe(probe.error());
+    const auto why = describe(probe.error());
+    EXPECT_NE(why.find("FI_HMEM"), std::string::npos) << why;
+    EXPECT_NE(why.find(GetParam()), std::string::npos) << why;
+    return;
+  }
+  EXPECT_TRUE((*probe)->hmem());
+  EXPECT_NE((*probe)->mr_mode() & FI_MR_HMEM, 0u) << fabric::summary(**probe);
+  probe->reset();
+
+  constexpr uint64_t len = 4 << 20;
+  auto& src = sized(src_, len);
+  auto& dst = sized(dst_, len);
+  fabric::fabric_config init_cfg;
+  init_cfg.hmem = true;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, len, init_cfg));
+  if (IsSkipped())
+    return;
+  std::mt19937_64 rng{0x4e3e};
+  test::fill_random(src, rng);
+  // Two blocks, swapped halves: an address mix-up cannot pass.
+  const uint64_t half = len / 2;
+  const std::vector<block> blocks = {{test::addr_of(src, 0), test::addr_of(dst, half), half},
+                                     {test::addr_of(src, half), test::addr_of(dst, 0), half}};
+  auto r = run_job(1, blocks);
+  ASSERT_FALSE(r.status) << describe(r.status);
+  EXPECT_EQ(r.bytes, len);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data() + half, half), 0);
+  EXPECT_EQ(std::memcmp(dst.data() + half, src.data(), half), 0);
+}
+
+TEST_P(FabricEngine, CudaMemoryOnAnEndpointOpenedWithoutHmemIsRefused) {
+  fabric::fabric_config cfg;
+  cfg.provider = GetParam();
+  auto ep = fabric::endpoint::open(cfg);
+  if (!ep)
+    GTEST_SKIP() << "provider \"" << GetParam()
+                 << "\" not available here: " << describe(ep.error());
+  std::vector<uint8_t> buf(4096);
+  auto reg =
+      (*ep)->register_memory(buf.data(), buf.size(), FI_WRITE, fabric::memory_iface::cuda, 0);
+  ASSERT_FALSE(reg) << "CUDA registration on an endpoint without FI_HMEM must be refused";
+  EXPECT_TRUE(is(reg.error(), lserr::bad_input)) << describe(reg.error());
+  EXPECT_NE(describe(reg.error()).find("without FI_HMEM"), std::string::npos)
+      << describe(reg.error());
+}
+
+TEST(FabricHmemProbe, AProviderWithoutHmemCannotRegisterDeviceMemoryAndSaysWhy) {
+  fabric::fabric_config cfg;
+  cfg.provider = "sockets"; // no FI_HMEM in any libfabric
+  if (auto ep = fabric::endpoint::open(cfg); !ep)
+    GTEST_SKIP() << "provider \"sockets\" not available here: " << describe(ep.error());
+  std::vector<uint8_t> buf(4096);
+  auto why = fabric::probe_cuda_registration(cfg, buf.data(), buf.size(), 0);
+  ASSERT_TRUE(why) << "the probe must not report success without FI_HMEM";
+  EXPECT_NE(describe(why).find("offers no FI_HMEM"), std::string::npos) << describe(why);
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, FabricEngine,
                          ::testing::Values("tcp;ofi_rxm", "net", "shm", "sockets"),
                          test::provider_test_name);

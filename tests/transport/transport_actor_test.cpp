@@ -199,6 +199,28 @@ TEST_P(TransportActor, APeerOnAnotherProviderIsRefused) {
   EXPECT_FALSE(peer);
 }
 
+// A device-memory region makes spawn_transport open its endpoint with
+// FI_HMEM; sockets has none in any libfabric, so the transport is refused
+// with the provider's name and the reason, before anything is registered.
+TEST(TransportActorHmem, ADeviceRegionOverAProviderWithoutHmemIsRefusedWithTheReason) {
+  caf::actor_system_config cfg;
+  add_message_types(cfg);
+  caf::actor_system sys{cfg};
+  fabric::fabric_config plain;
+  plain.provider = "sockets";
+  if (auto ep = fabric::endpoint::open(plain); !ep)
+    GTEST_SKIP() << "provider \"sockets\" not available here: " << describe(ep.error());
+  std::vector<uint8_t> buf(1 << 16);
+  transport_config tcfg;
+  tcfg.fabric.provider = "sockets";
+  tcfg.regions = {{buf.data(), buf.size(), /*cuda=*/true, /*cuda_device=*/0}};
+  auto t = spawn_transport(sys, tcfg);
+  ASSERT_FALSE(t) << "a CUDA region cannot be registered without FI_HMEM";
+  const auto why = describe(t.error());
+  EXPECT_NE(why.find("FI_HMEM"), std::string::npos) << why;
+  EXPECT_NE(why.find("sockets"), std::string::npos) << why;
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, TransportActor, ::testing::Values("tcp;ofi_rxm", "shm"),
                          test::provider_test_name);
 

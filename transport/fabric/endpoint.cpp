@@ -25,17 +25,18 @@ bool is_shm(const std::string& provider) {
 
 // fi_getinfo for one provider name; FI_MSG is added only if a provider
 // refuses RMA alone. Returns the whole list (the caller picks an entry).
-caf::expected<std::unique_ptr<fi_info, info_deleter>> get_info(const std::string& provider,
-                                                               const std::string& bind_address) {
+caf::expected<std::unique_ptr<fi_info, info_deleter>>
+get_info(const std::string& provider, const std::string& bind_address, bool hmem) {
   for (uint64_t extra_caps : {uint64_t{0}, uint64_t{FI_MSG}}) {
     std::unique_ptr<fi_info, info_deleter> hints{fi_allocinfo()};
     if (!hints)
       return make_error(lserr::fabric_error, "fi_allocinfo returned NULL");
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | extra_caps;
+    hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | extra_caps | (hmem ? FI_HMEM : 0);
     // Each op's context is a struct fi_context2 we own, so both modes are fine.
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->domain_attr->mr_mode = static_cast<int>(requested_mr_mode);
+    hints->domain_attr->mr_mode =
+        static_cast<int>(requested_mr_mode | (hmem ? uint64_t{FI_MR_HMEM} : 0));
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->fabric_attr->prov_name = strdup(provider.c_str()); // freed by fi_freeinfo
     const char* node = is_shm(provider) ? nullptr : bind_address.c_str();
@@ -44,6 +45,11 @@ caf::expected<std::unique_ptr<fi_info, info_deleter>> get_info(const std::string
     const int rc = fi_getinfo(api_version, node, nullptr, flags, hints.get(), &raw);
     if (rc == 0)
       return std::unique_ptr<fi_info, info_deleter>{raw};
+    if (rc == -FI_ENODATA && extra_caps != 0 && hmem)
+      return make_error(lserr::fabric_error,
+                        "provider \"" + provider +
+                            "\" offers no FI_HMEM (device-memory registration); use a provider "
+                            "that does, or stage device memory through host memory");
     if (rc != -FI_ENODATA || extra_caps != 0)
       return call_error(("fi_getinfo(provider \"" + provider + "\")").c_str(), rc, __FILE__,
                         __LINE__);
@@ -80,7 +86,7 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
   if (provider.empty()) {
     std::string tried;
     for (const char* candidate : auto_providers) {
-      list = get_info(candidate, cfg.bind_address);
+      list = get_info(candidate, cfg.bind_address, cfg.hmem);
       if (list) {
         provider = candidate;
         LS_INFO("fabric: no provider configured, picked \"{}\" (tried in order: {}{})", provider,
@@ -95,7 +101,7 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
                         "verbs;ofi_rxm, tcp;ofi_rxm: " +
                             layerstream::describe(list.error()));
   } else {
-    list = get_info(provider, cfg.bind_address);
+    list = get_info(provider, cfg.bind_address, cfg.hmem);
     if (!list)
       return std::move(list.error());
   }
@@ -106,6 +112,10 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
   fi_info* info = self->info_.get();
   self->provider_ = info->fabric_attr->prov_name;
   self->mr_mode_ = static_cast<uint64_t>(info->domain_attr->mr_mode);
+  self->hmem_ = (info->caps & FI_HMEM) != 0;
+  if (cfg.hmem && !self->hmem_)
+    return make_error(lserr::fabric_error,
+                      "provider \"" + self->provider_ + "\" returned an fi_info without FI_HMEM");
   self->max_msg_size_ = info->ep_attr->max_msg_size;
   if (cfg.max_write_size != 0 && cfg.max_write_size < self->max_msg_size_)
     self->max_msg_size_ = cfg.max_write_size;
@@ -173,12 +183,31 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
 }
 
 caf::expected<local_registration> endpoint::register_memory(void* ptr, uint64_t len,
-                                                            uint64_t access) {
+                                                            uint64_t access, memory_iface iface,
+                                                            int device) {
   if (ptr == nullptr || len == 0)
     return make_error(lserr::bad_input, "register_memory: empty range");
-  fid_mr* raw = nullptr;
+  if (iface == memory_iface::cuda && !hmem_)
+    return make_error(lserr::bad_input, "register_memory: " + std::to_string(len) +
+                                            " B of CUDA device " + std::to_string(device) +
+                                            " memory on an endpoint opened without FI_HMEM");
+  iovec iov{ptr, static_cast<size_t>(len)};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = access;
   // Without FI_MR_PROV_KEY the key is ours to choose: a per-endpoint counter.
-  FI_RETURN_IF_ERROR(fi_mr_reg(domain_.get(), ptr, len, access, 0, next_key_++, 0, &raw, nullptr));
+  attr.requested_key = next_key_++;
+  attr.iface = iface == memory_iface::cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+  attr.device.cuda = device;
+  fid_mr* raw = nullptr;
+  const int rc = fi_mr_regattr(domain_.get(), &attr, 0, &raw);
+  if (rc != 0 && iface == memory_iface::cuda)
+    return make_error(lserr::fabric_error,
+                      "fi_mr_regattr of " + std::to_string(len) + " B of CUDA device " +
+                          std::to_string(device) + " memory (provider " + provider_ +
+                          "): " + fi_strerror(-rc) + " (" + std::to_string(rc) + ")");
+  FI_RETURN_IF_ERROR(rc);
   fid_ptr<fid_mr> mr{raw};
   if ((mr_mode_ & FI_MR_ENDPOINT) != 0) {
     FI_RETURN_IF_ERROR(fi_mr_bind(raw, &ep_->fid, 0));
@@ -219,7 +248,7 @@ std::string summary(const endpoint& ep) {
   std::string mr;
   const std::pair<uint64_t, const char*> bits[] = {
       {FI_MR_LOCAL, "LOCAL"},       {FI_MR_VIRT_ADDR, "VIRT_ADDR"}, {FI_MR_ALLOCATED, "ALLOCATED"},
-      {FI_MR_PROV_KEY, "PROV_KEY"}, {FI_MR_ENDPOINT, "ENDPOINT"},
+      {FI_MR_PROV_KEY, "PROV_KEY"}, {FI_MR_ENDPOINT, "ENDPOINT"},   {FI_MR_HMEM, "HMEM"},
   };
   for (const auto& [bit, text] : bits)
     if ((ep.mr_mode() & bit) != 0)
@@ -227,7 +256,18 @@ std::string summary(const endpoint& ep) {
   return "provider=" + ep.provider() + " mr_mode=" + (mr.empty() ? "0" : mr) +
          " tx_depth=" + std::to_string(ep.tx_depth()) +
          " max_msg_size=" + std::to_string(ep.max_msg_size()) +
-         " cq_wait_fd=" + (ep.cq_wait_fd() >= 0 ? "yes" : "no");
+         " cq_wait_fd=" + (ep.cq_wait_fd() >= 0 ? "yes" : "no") + (ep.hmem() ? " hmem=yes" : "");
+}
+
+caf::error probe_cuda_registration(fabric_config cfg, void* ptr, uint64_t len, int device) {
+  cfg.hmem = true;
+  auto ep = endpoint::open(cfg);
+  if (!ep)
+    return std::move(ep.error());
+  auto reg = (*ep)->register_memory(ptr, len, FI_WRITE, memory_iface::cuda, device);
+  if (!reg)
+    return std::move(reg.error());
+  return caf::error{};
 }
 
 } // namespace layerstream::fabric

@@ -48,6 +48,16 @@ struct fabric_config {
   uint64_t max_write_size = 0;
   /// Most writes in flight; 0 = the provider's TX queue depth.
   uint64_t max_in_flight = 0;
+  /// Ask for FI_HMEM (caps) and FI_MR_HMEM (mr_mode): needed to register
+  /// device memory (memory_iface::cuda). A provider that does not offer it
+  /// is refused at open(), with the reason; it never falls back silently.
+  bool hmem = false;
+};
+
+/// Where a registered range lives (fi_mr_attr.iface).
+enum class memory_iface {
+  host, ///< FI_HMEM_SYSTEM
+  cuda, ///< FI_HMEM_CUDA, device memory of CUDA device `device`
 };
 
 /// What the data path needs about one local registration.
@@ -100,9 +110,16 @@ class endpoint {
   /// the offset from the start of the target registration.
   bool virt_addr() const { return (mr_mode_ & FI_MR_VIRT_ADDR) != 0; }
 
+  /// FI_HMEM was asked for and granted (fabric_config::hmem).
+  bool hmem() const { return hmem_; }
+
   /// Registers [ptr, ptr + len) with `access` (FI_WRITE for sources,
-  /// FI_REMOTE_WRITE for targets). The endpoint owns the MR until it closes.
-  caf::expected<local_registration> register_memory(void* ptr, uint64_t len, uint64_t access);
+  /// FI_REMOTE_WRITE for targets) through fi_mr_regattr with `iface`. CUDA
+  /// memory needs an endpoint opened with fabric_config::hmem. The endpoint
+  /// owns the MR until it closes.
+  caf::expected<local_registration> register_memory(void* ptr, uint64_t len, uint64_t access,
+                                                    memory_iface iface = memory_iface::host,
+                                                    int device = 0);
 
   /// Inserts a peer's address into the AV.
   caf::expected<fi_addr_t> insert_peer(const std::vector<uint8_t>& address);
@@ -137,9 +154,17 @@ class endpoint {
   uint64_t mr_mode_ = 0;
   uint64_t next_key_ = 1;
   int cq_wait_fd_ = -1;
+  bool hmem_ = false;
 };
 
 /// A short description for logs: provider, mr_mode, depth, max message size.
 std::string summary(const endpoint& ep);
+
+/// Whether `cfg`'s provider registers CUDA memory: opens an endpoint with
+/// FI_HMEM and registers [ptr, ptr + len) of CUDA device `device` as a write
+/// source, then closes both. Asking fi_getinfo is not enough: shm in
+/// Debian's libfabric (built without CUDA) advertises FI_HMEM and then
+/// cannot register CUDA memory. Returns the reason on failure.
+caf::error probe_cuda_registration(fabric_config cfg, void* ptr, uint64_t len, int device);
 
 } // namespace layerstream::fabric
