@@ -112,7 +112,7 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
   fi_info* info = self->info_.get();
   self->provider_ = info->fabric_attr->prov_name;
   self->mr_mode_ = static_cast<uint64_t>(info->domain_attr->mr_mode);
-  self->hmem_ = (info->caps & FI_HMEM) != 0;
+  self->hmem_ = cfg.hmem && (info->caps & FI_HMEM) != 0; // asked for and granted
   if (cfg.hmem && !self->hmem_)
     return make_error(lserr::fabric_error,
                       "provider \"" + self->provider_ + "\" returned an fi_info without FI_HMEM");
