@@ -6,7 +6,9 @@
 #   3. the equivalence harness on GPU: the pool checks (GpuKvPool: CPU model
 #      and kernel pools byte-identical; KvExport: staged layers == CPU bytes)
 #      and EquivalenceGpu (the whole demo path with prefill.device = "gpu":
-#      decode's pool equals the CPU forward's, bit-exact, per-layer and bulk),
+#      decode's pool equals the CPU forward's, bit-exact, per-layer and bulk;
+#      and with kv_export auto/hmem over shm and tcp: which export each got,
+#      or why hmem was refused, is printed in the table),
 #   4. `layerstream bench tail --quick --device gpu` (the GPU forward, staging),
 # and prints a short table last. Exits 77 (skip) without a device.
 # Usage: tests/gpu/run.sh [build-dir]   (about 2-4 minutes on 16 cores)
@@ -53,6 +55,10 @@ run_ctest "gpu tests (label gpu)" -L gpu
 run_ctest "event waiter (CPU logic)" -R '^EventWaiterTest'
 run_ctest "equivalence on GPU (pools)" -R '^gpu\.(GpuKvPool|GpuKvKernelFormula|KvExport)'
 run_ctest "equivalence on GPU (demo path)" -R '^EquivalenceGpu\.'
+# Which export the fabric allowed (direct FI_HMEM or staging), in one row each.
+while IFS= read -r line; do row "  ${line%%:*}" info "${line#*: }"; done < <(
+  timeout 120 "$BUILD/tests/equivalence_test" --gtest_filter='EquivalenceGpu.EveryKvExport*' 2>/dev/null |
+    grep '^kv_export' | cut -c1-160)
 
 t1=$(date +%s)
 if timeout 240 "$BUILD/layerstream" bench tail --quick --device gpu \
