@@ -1,15 +1,12 @@
 #include "device/gpu_device.hpp"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
 
 #include <cuda_runtime_api.h>
 
 #include "common/log.hpp"
 #include "device/cuda_check.hpp"
+#include "model/forward_thread.hpp"
 #include "model/kv_kernel.hpp"
 
 namespace layerstream {
@@ -18,63 +15,18 @@ namespace {
 
 /// The GPU forward thread: enqueues each layer's compute, KV write and
 /// staging on the compute stream, then notifies; synchronizes once per batch.
-class gpu_forward final : public forward_runner {
+class gpu_forward final : public forward_thread {
  public:
   gpu_forward(gpu_kv_pool& pool, kv_export& exp, stream_handle compute,
               std::chrono::microseconds layer_compute, notify_fn notify, done_fn done)
-      : pool_(pool), export_(exp), compute_(compute), layer_compute_(layer_compute),
-        notify_(std::move(notify)), done_(std::move(done)), thread_([this] { loop(); }) {}
+      : forward_thread(std::move(notify), std::move(done)), pool_(pool), export_(exp),
+        compute_(compute), layer_compute_(layer_compute) {
+    start();
+  }
 
   ~gpu_forward() override { stop(); }
-  gpu_forward(const gpu_forward&) = delete;
-  gpu_forward& operator=(const gpu_forward&) = delete;
-
-  void run(forward_batch batch) override {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      queue_.push_back(std::move(batch));
-    }
-    cv_.notify_one();
-  }
-
-  void stop() override {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      stopping_ = true;
-      queue_.clear();
-    }
-    cv_.notify_one();
-    if (thread_.joinable())
-      thread_.join();
-  }
-
-  void set_trace(std::shared_ptr<trace_recorder> trace, uint32_t pid) override {
-    std::lock_guard<std::mutex> guard{mtx_}; // published to the forward thread by the queue's lock
-    trace_ = std::move(trace);
-    trace_pid_ = pid;
-  }
-
-  void set_skip_notify(std::vector<uint32_t> layers) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    skip_notify_ = std::move(layers);
-  }
 
  private:
-  void loop() {
-    for (;;) {
-      forward_batch batch;
-      {
-        std::unique_lock<std::mutex> guard{mtx_};
-        cv_.wait(guard, [this] { return stopping_ || !queue_.empty(); });
-        if (stopping_)
-          return;
-        batch = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      execute(batch);
-    }
-  }
-
   /// Enqueues one layer: compute, every request's KV write, the export's stage.
   caf::error enqueue_layer(uint32_t layer, const forward_batch& batch,
                            const std::vector<gpu_page_table>& tables,
@@ -91,7 +43,7 @@ class gpu_forward final : public forward_runner {
     return export_.stage(layer, pages);
   }
 
-  void execute(const forward_batch& batch) {
+  void execute(const forward_batch& batch) override {
     forward_timing timing;
     timing.start = std::chrono::steady_clock::now();
     // The requests' page tables, and the pool pages the batch writes (staging copies them).
@@ -118,15 +70,7 @@ class gpu_forward final : public forward_runner {
                                    "layer " + std::to_string(layer) + ": " + describe(err));
         break;
       }
-      const auto written = std::chrono::steady_clock::now();
-      timing.layer_written.push_back(written);
-      if (std::find(skip_notify_.begin(), skip_notify_.end(), layer) == skip_notify_.end())
-        notify_(layer);
-      timing.notify_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now() - written)
-                                     .count());
-      if (trace_)
-        trace_->span("enqueue " + std::to_string(layer), "forward", trace_pid_, 0, t0, steady_ns());
+      layer_written(timing, layer, t0, "enqueue");
     }
     // The forward ends when the device finished it; a sticky error fails the batch.
     if (auto err = CUDA_CHECK(lserr::event_failed,
@@ -135,23 +79,13 @@ class gpu_forward final : public forward_runner {
         timing.status = std::move(err);
     timing.end = std::chrono::steady_clock::now();
     tables.clear(); // the kernels that read them are done
-    done_(batch.id, std::move(timing));
+    finish(batch.id, std::move(timing));
   }
 
   gpu_kv_pool& pool_;
   kv_export& export_;
   stream_handle compute_;
   std::chrono::microseconds layer_compute_;
-  notify_fn notify_;
-  done_fn done_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<forward_batch> queue_;
-  bool stopping_ = false;
-  std::shared_ptr<trace_recorder> trace_;
-  uint32_t trace_pid_ = 0;
-  std::vector<uint32_t> skip_notify_;
-  std::thread thread_;
 };
 
 } // namespace
@@ -207,7 +141,7 @@ caf::expected<std::unique_ptr<gpu_device>> gpu_device::create(const model_config
 
 gpu_device::~gpu_device() = default;
 
-src_memory gpu_device::src() const {
+memory_span gpu_device::src() const {
   return {export_->src_base(), export_->src_bytes(), export_->device_memory(), cuda_device_};
 }
 

@@ -7,53 +7,29 @@
 // sends one layer_end. After the last layer it reports the batch as done.
 // The forward thread never waits for a transfer and is not an actor.
 //
-// Thread contract: forward_runner's (model/forward.hpp).
+// Thread contract: forward_runner's (model/forward.hpp); the thread and
+// queue are forward_thread's.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
 
-#include "common/trace.hpp"
-#include "model/forward.hpp"
+#include "model/forward_thread.hpp"
 #include "model/kv_pool.hpp"
 
 namespace layerstream {
 
-class cpu_forward final : public forward_runner {
+class cpu_forward final : public forward_thread {
  public:
   cpu_forward(kv_pool& pool, std::chrono::microseconds layer_compute, notify_fn notify,
               done_fn done);
   ~cpu_forward() override;
-  cpu_forward(const cpu_forward&) = delete;
-  cpu_forward& operator=(const cpu_forward&) = delete;
-
-  void run(forward_batch batch) override;
-  void stop() override;
-  void set_trace(std::shared_ptr<trace_recorder> trace, uint32_t pid) override;
-  void set_skip_notify(std::vector<uint32_t> layers) override;
 
  private:
-  void loop();
-  void execute(const forward_batch& batch);
+  void execute(const forward_batch& batch) override;
 
   kv_pool& pool_;
   std::chrono::microseconds layer_compute_;
-  notify_fn notify_;
-  done_fn done_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<forward_batch> queue_;
-  bool stopping_ = false;
-  std::shared_ptr<trace_recorder> trace_;
-  uint32_t trace_pid_ = 0;
-  std::vector<uint32_t> skip_notify_;
-  std::thread thread_;
 };
 
 /// Busy-waits for `d` (a stand-in for GPU work that keeps the thread busy).

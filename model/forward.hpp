@@ -2,7 +2,9 @@
 // batches layer by layer, calls `notify(layer)` once a layer's KV write is
 // enqueued (the notifier records one event on the device's notify stream),
 // and reports each batch as done. Two implementations: cpu_forward
-// (model/cpu_forward.hpp) and the GPU forward (device/gpu_device.hpp).
+// (model/cpu_forward.hpp) and the GPU forward (device/gpu_device.hpp), both
+// on forward_thread (model/forward_thread.hpp: the thread, queue and
+// notify steps they share).
 //
 // Thread contract: run() may be called from any thread (the scheduler
 // actor); batches run one after the other on the forward thread; stop()
