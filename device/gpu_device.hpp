@@ -55,7 +55,7 @@ class gpu_device final : public prefill_device {
   const kv_layout& layout() const override { return *pool_; }
   std::vector<uint64_t> src_k_ptrs() const override { return export_->k_ptrs(); }
   std::vector<uint64_t> src_v_ptrs() const override { return export_->v_ptrs(); }
-  src_memory src() const override;
+  memory_span src() const override;
   event_source& events() override { return *events_; }
   stream_handle notify_stream() const override { return export_->notify_stream(); }
   caf::expected<std::unique_ptr<forward_runner>>

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/memory_span.hpp"
 #include "config/config.hpp"
 #include "device/event.hpp"
 #include "device/host_event.hpp"
@@ -30,15 +31,6 @@
 #include "model/kv_pool.hpp"
 
 namespace layerstream {
-
-/// The memory the transport registers and writes from.
-struct src_memory {
-  uint8_t* base = nullptr;
-  uint64_t bytes = 0;
-  /// Device memory (registration needs FI_HMEM with iface FI_HMEM_CUDA).
-  bool cuda = false;
-  int cuda_device = 0;
-};
 
 class prefill_device {
  public:
@@ -54,7 +46,8 @@ class prefill_device {
   /// the host mirror's addresses).
   virtual std::vector<uint64_t> src_k_ptrs() const = 0;
   virtual std::vector<uint64_t> src_v_ptrs() const = 0;
-  virtual src_memory src() const = 0;
+  /// The memory the transport registers and writes from.
+  virtual memory_span src() const = 0;
 
   /// The notifier's event source and stream.
   virtual event_source& events() = 0;
@@ -77,7 +70,7 @@ class cpu_device final : public prefill_device {
   const kv_layout& layout() const override { return *pool_; }
   std::vector<uint64_t> src_k_ptrs() const override { return pool_->k_ptrs(); }
   std::vector<uint64_t> src_v_ptrs() const override { return pool_->v_ptrs(); }
-  src_memory src() const override { return {pool_->base(), pool_->bytes(), false, 0}; }
+  memory_span src() const override { return {pool_->base(), pool_->bytes(), false, 0}; }
   event_source& events() override { return events_; }
   stream_handle notify_stream() const override { return 0; }
   caf::expected<std::unique_ptr<forward_runner>>

@@ -22,8 +22,7 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   transport_config tcfg;
   tcfg.fabric.provider = cfg.fabric.provider;
   tcfg.fabric.bind_address = cfg.fabric.bind_address;
-  const auto src = node->device->src();
-  tcfg.regions.push_back({src.base, src.bytes, src.cuda, src.cuda_device});
+  tcfg.regions.push_back(node->device->src());
   tcfg.write_timeout = cfg.timeouts.submit;
   tcfg.scope =
       cfg.cluster.network == "deployment" ? network_scope::deployment : network_scope::test;

@@ -282,7 +282,7 @@ class failing_device final : public prefill_device {
   const kv_layout& layout() const override { return inner_->layout(); }
   std::vector<uint64_t> src_k_ptrs() const override { return inner_->src_k_ptrs(); }
   std::vector<uint64_t> src_v_ptrs() const override { return inner_->src_v_ptrs(); }
-  src_memory src() const override { return inner_->src(); }
+  memory_span src() const override { return inner_->src(); }
   event_source& events() override { return inner_->events(); }
   stream_handle notify_stream() const override { return inner_->notify_stream(); }
 
@@ -391,6 +391,19 @@ std::string gpu_unavailable() {
   return dev ? std::string{} : describe(dev.error());
 }
 
+/// The GPU run completed every room, bit-exact, and decode's pool is the CPU run's.
+void expect_same_decode_bytes(const run_result& gpu, const run_result& cpu, uint32_t rooms) {
+  EXPECT_EQ(gpu.report.complete, rooms);
+  EXPECT_TRUE(gpu.report.bit_exact);
+  EXPECT_EQ(gpu.report.bytes_written, gpu.report.bytes_expected);
+  for (auto& f : gpu.report.failures)
+    ADD_FAILURE() << f;
+  ASSERT_EQ(gpu.decode_pool.size(), cpu.decode_pool.size());
+  EXPECT_TRUE(std::memcmp(gpu.decode_pool.data(), cpu.decode_pool.data(), cpu.decode_pool.size()) ==
+              0)
+      << "decode pools differ between the CPU and the GPU forward";
+}
+
 } // namespace
 
 TEST(EquivalenceGpu, TheGpuForwardGivesDecodeTheSameBytesAsTheCpuForward) {
@@ -405,16 +418,7 @@ TEST(EquivalenceGpu, TheGpuForwardGivesDecodeTheSameBytesAsTheCpuForward) {
       auto cpu = run_once(cfg);
       cfg.prefill.device = "gpu";
       cfg.prefill.kv_export = "staging";
-      auto gpu = run_once(cfg);
-      EXPECT_EQ(gpu.report.complete, cfg.workload.rooms);
-      EXPECT_TRUE(gpu.report.bit_exact);
-      EXPECT_EQ(gpu.report.bytes_written, gpu.report.bytes_expected);
-      for (auto& f : gpu.report.failures)
-        ADD_FAILURE() << f;
-      ASSERT_EQ(gpu.decode_pool.size(), cpu.decode_pool.size());
-      EXPECT_TRUE(
-          std::memcmp(gpu.decode_pool.data(), cpu.decode_pool.data(), cpu.decode_pool.size()) == 0)
-          << "decode pools differ between the CPU and the GPU forward";
+      expect_same_decode_bytes(run_once(cfg), cpu, cfg.workload.rooms);
     }
   }
 }
@@ -447,15 +451,7 @@ TEST(EquivalenceGpu, EveryKvExportTheFabricAllowsGivesDecodeTheCpuForwardsBytes)
       }
       std::printf("kv_export %s over %s: %s\n", exp, provider, (*dev)->name().c_str());
       dev->reset();
-      auto gpu = run_once(cfg);
-      EXPECT_EQ(gpu.report.complete, cfg.workload.rooms);
-      EXPECT_TRUE(gpu.report.bit_exact);
-      for (auto& f : gpu.report.failures)
-        ADD_FAILURE() << f;
-      ASSERT_EQ(gpu.decode_pool.size(), cpu.decode_pool.size());
-      EXPECT_TRUE(
-          std::memcmp(gpu.decode_pool.data(), cpu.decode_pool.data(), cpu.decode_pool.size()) == 0)
-          << "decode pools differ between the CPU and the GPU forward";
+      expect_same_decode_bytes(run_once(cfg), cpu, cfg.workload.rooms);
     }
   }
 }

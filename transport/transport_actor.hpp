@@ -40,23 +40,13 @@
 #include <caf/actor_system.hpp>
 
 #include "common/error.hpp"
+#include "common/memory_span.hpp"
 #include "common/net_guard.hpp"
 #include "messages/messages.hpp"
 #include "transport/fabric/engine.hpp"
 #include "transport/transport_protocol.hpp"
 
 namespace layerstream {
-
-/// A range of this process's memory to register with the fabric.
-struct memory_span {
-  void* base = nullptr;
-  uint64_t length = 0;
-  /// Device memory (CUDA device `cuda_device`): spawn_transport opens the
-  /// endpoint with FI_HMEM and registers it with iface FI_HMEM_CUDA; a
-  /// provider that cannot is refused with the reason (use the staging export).
-  bool cuda = false;
-  int cuda_device = 0;
-};
 
 struct transport_config {
   /// Provider ("" = fastest offered, logged), bind address, write size and
