@@ -83,6 +83,7 @@ std::optional<deployment_config> make_config(const tail_bench_options& o, const 
   cfg.transfer.chunk_tokens = 0;
   cfg.transfer.max_batch = b.rooms; // every room in one forward batch
   cfg.fabric.provider = o.provider;
+  cfg.fabric.write_iov = o.write_iov;
   cfg.prefill.device = o.device;
   const uint64_t pages = (b.tokens + cfg.model.page_size - 1) / cfg.model.page_size;
   cfg.prefill.pool_pages = b.rooms * pages;
@@ -545,9 +546,9 @@ int run_tail_bench(const tail_bench_options& opts_in) {
   }
   log::set_level("warn");
   std::printf(
-      "layerstream bench tail: provider '%s', device %s, %u us compute per layer, %u interleaved "
-      "repetitions (medians); T = the bulk tail, T/L its share per layer\n",
-      o.provider.c_str(), o.device.c_str(), o.layer_compute_us, o.repetitions);
+      "layerstream bench tail: provider '%s' (write_iov %u), device %s, %u us compute per layer, "
+      "%u interleaved repetitions (medians); T = the bulk tail, T/L its share per layer\n",
+      o.provider.c_str(), o.write_iov, o.device.c_str(), o.layer_compute_us, o.repetitions);
   std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %6s %9s %8s "
               "%6s %9s\n",
               "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
@@ -610,6 +611,7 @@ int run_tail_bench(const tail_bench_options& opts_in) {
   }
   if (!o.json_path.empty()) {
     nlohmann::json j{{"provider", o.provider},
+                     {"write_iov", o.write_iov},
                      {"device", o.device},
                      {"repetitions", o.repetitions},
                      {"layer_compute_us", o.layer_compute_us},

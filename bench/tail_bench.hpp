@@ -21,6 +21,8 @@ struct tail_bench_options {
   /// Simulated compute of one layer.
   uint32_t layer_compute_us = 1000;
   std::string provider = "tcp;ofi_rxm";
+  /// fabric.write_iov of every run (0: the provider's limit; 1: a write per block).
+  uint32_t write_iov = 0;
   /// prefill.device of every run ("cpu" or "gpu").
   std::string device = "cpu";
   /// L = 32 with 1 and 16 rooms, 3 repetitions: under a minute.

@@ -44,6 +44,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.table("fabric");
   v.field("provider", c.fabric.provider);
   v.field("bind_address", c.fabric.bind_address);
+  v.field("write_iov", c.fabric.write_iov);
   v.table("timeouts");
   v.field("submit_ms", c.timeouts.submit);
   v.field("room_ms", c.timeouts.room);
@@ -601,6 +602,12 @@ void check_general(const deployment_config& c, const std::string& file) {
            "unknown provider " + quoted(c.fabric.provider) + "; " + hint + "one of " +
                one_of(providers) + " (\"\" = the fastest the fabric offers)");
   }
+
+  // No provider offers more than a few dozen iov pairs per write.
+  if (c.fabric.write_iov > 64)
+    refuse(file, "fabric.write_iov",
+           "must be at most 64 (0 = the provider's limit, 1 = a write per block), got " +
+               std::to_string(c.fabric.write_iov));
 
   check_positive(file, "timeouts.submit_ms", c.timeouts.submit);
   check_positive(file, "timeouts.room_ms", c.timeouts.room);

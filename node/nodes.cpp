@@ -22,6 +22,7 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   transport_config tcfg;
   tcfg.fabric.provider = cfg.fabric.provider;
   tcfg.fabric.bind_address = cfg.fabric.bind_address;
+  tcfg.fabric.max_write_iov = cfg.fabric.write_iov;
   tcfg.regions.push_back(node->device->src());
   tcfg.write_timeout = cfg.timeouts.submit;
   tcfg.scope =

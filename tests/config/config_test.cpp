@@ -414,6 +414,14 @@ TEST(ConfigLoader, NotifyPollIsReadAndBounded) {
                  "must be at most 10000");
 }
 
+TEST(ConfigLoader, WriteIovIsReadAndBounded) {
+  EXPECT_EQ(parse_ok("").fabric.write_iov, 0u);
+  EXPECT_EQ(parse_ok("[fabric]\nwrite_iov = 1\n").fabric.write_iov, 1u);
+  expect_refused("[fabric]\nwrite_iov = 65\n", "fabric.write_iov", "must be at most 64");
+  expect_refused("[fabric]\nwrite_iov = -1\n", "fabric.write_iov",
+                 "expected a non-negative integer");
+}
+
 TEST(ConfigLoader, ZeroMinTokensIsRefused) {
   expect_refused("[workload]\nmin_tokens = 0\n", "workload.min_tokens", "must be at least 1");
 }

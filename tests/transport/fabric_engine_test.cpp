@@ -204,12 +204,68 @@ TEST_P(FabricEngine, WritesLargerThanTheMaxMessageSizeAreSplit) {
   EXPECT_EQ(dst[5 + len], 0);
 }
 
+TEST_P(FabricEngine, SmallBlocksOfAJobShareWritesUpToTheIovLimitAndTheMaxMessageSize) {
+  auto& src = sized(src_, 1 << 20);
+  auto& dst = sized(dst_, 1 << 20);
+  fabric::fabric_config cfg;
+  cfg.max_write_size = 4096;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), cfg));
+  if (IsSkipped())
+    return;
+  // Every provider here offers 4 (tcp, net, shm) or 8 (sockets) pairs.
+  const uint64_t limit = initiator_->write_iov_limit();
+  ASSERT_GE(limit, 4u);
+  std::mt19937_64 rng{23};
+  test::fill_random(src, rng);
+  // 1. Blocks of mixed small lengths, scattered with gaps, in reverse dst
+  //    order: writes of `limit` ranges each, every byte where its block says.
+  const uint64_t n = 3 * limit + 1;
+  std::vector<block> blocks;
+  std::vector<uint8_t> expected(dst.size(), 0);
+  for (uint64_t i = 0; i < n; ++i) {
+    // At most 208 bytes: 8 of them stay under the 4096-byte max_msg_size.
+    const uint64_t len = 16 + 8 * i, src_off = 1000 * i, dst_off = 8192 * (n - i);
+    blocks.push_back({test::addr_of(src, src_off), test::addr_of(dst, dst_off), len});
+    std::memcpy(expected.data() + dst_off, src.data() + src_off, len);
+  }
+  auto r = run_job(1, blocks);
+  ASSERT_FALSE(r.status) << describe(r.status);
+  EXPECT_EQ(initiator_->stats().writes_posted.load(), (n + limit - 1) / limit);
+  EXPECT_EQ(initiator_->stats().ranges_posted.load(), n);
+  EXPECT_TRUE(dst == expected) << "a gathered write put bytes outside its blocks";
+
+  // 2. A write stops at max_msg_size (4096), splitting the block it reaches:
+  //    {1000, 3096 of 5000} then {the 1904 left, 100, 100}.
+  std::fill(dst.begin(), dst.end(), uint8_t{0});
+  std::fill(expected.begin(), expected.end(), uint8_t{0});
+  const std::vector<std::pair<uint64_t, uint64_t>> shapes = {
+      {1000, 0}, {5000, 20000}, {100, 40000}, {100, 50000}}; // {len, dst offset}
+  blocks.clear();
+  uint64_t src_off = 0;
+  for (const auto& [len, dst_off] : shapes) {
+    blocks.push_back({test::addr_of(src, src_off), test::addr_of(dst, dst_off), len});
+    std::memcpy(expected.data() + dst_off, src.data() + src_off, len);
+    src_off += len + 7;
+  }
+  const uint64_t writes_before = initiator_->stats().writes_posted.load();
+  const uint64_t ranges_before = initiator_->stats().ranges_posted.load();
+  r = run_job(2, blocks);
+  ASSERT_FALSE(r.status) << describe(r.status);
+  EXPECT_EQ(r.bytes, 6200u);
+  EXPECT_EQ(initiator_->stats().writes_posted.load() - writes_before, 2u);
+  EXPECT_EQ(initiator_->stats().ranges_posted.load() - ranges_before, 5u);
+  EXPECT_TRUE(dst == expected) << "a write split at max_msg_size lost or moved bytes";
+}
+
 TEST_P(FabricEngine, MoreWritesThanTheTxDepthAllCompleteWithinTheWindow) {
   auto& src = sized(src_, 8 << 20);
   auto& dst = sized(dst_, 8 << 20);
-  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size()));
+  fabric::fabric_config cfg;
+  cfg.max_write_iov = 1; // a write per block, so the blocks outnumber the depth
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), cfg));
   if (IsSkipped())
     return;
+  EXPECT_EQ(initiator_->write_iov_limit(), 1u);
   const uint64_t depth = initiator_->tx_depth();
   const uint64_t n = 2 * depth + 7, len = 512;
   ASSERT_LE(n * 2 * len, dst.size());

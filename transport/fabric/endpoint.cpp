@@ -1,5 +1,6 @@
 #include "transport/fabric/endpoint.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -122,6 +123,11 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
   self->tx_depth_ = info->tx_attr->size != 0 ? info->tx_attr->size : 64;
   if (cfg.max_in_flight != 0 && cfg.max_in_flight < self->tx_depth_)
     self->tx_depth_ = cfg.max_in_flight;
+  // A provider reporting 0 for either limit gets one range per write.
+  self->write_iov_limit_ = std::max<uint64_t>(
+      1, std::min<uint64_t>(info->tx_attr->iov_limit, info->tx_attr->rma_iov_limit));
+  if (cfg.max_write_iov != 0 && cfg.max_write_iov < self->write_iov_limit_)
+    self->write_iov_limit_ = cfg.max_write_iov;
 
   // 2. fabric, 3. domain.
   fid_fabric* fabric = nullptr;
@@ -256,6 +262,7 @@ std::string summary(const endpoint& ep) {
   return "provider=" + ep.provider() + " mr_mode=" + (mr.empty() ? "0" : mr) +
          " tx_depth=" + std::to_string(ep.tx_depth()) +
          " max_msg_size=" + std::to_string(ep.max_msg_size()) +
+         " write_iov=" + std::to_string(ep.write_iov_limit()) +
          " cq_wait_fd=" + (ep.cq_wait_fd() >= 0 ? "yes" : "no") + (ep.hmem() ? " hmem=yes" : "");
 }
 

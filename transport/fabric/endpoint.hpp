@@ -48,6 +48,11 @@ struct fabric_config {
   uint64_t max_write_size = 0;
   /// Most writes in flight; 0 = the provider's TX queue depth.
   uint64_t max_in_flight = 0;
+  /// Most ranges one fi_writemsg carries (local iov and rma_iov pairs); 0 =
+  /// the provider's limit (min of tx iov_limit and rma_iov_limit), 1 = one
+  /// range per write. Small blocks of one job share a write: fewer ops per
+  /// layer where a provider's cost is per op, not per byte.
+  uint64_t max_write_iov = 0;
   /// Ask for FI_HMEM (caps) and FI_MR_HMEM (mr_mode): needed to register
   /// device memory (memory_iface::cuda). A provider that does not offer it
   /// is refused at open(), with the reason; it never falls back silently.
@@ -104,6 +109,8 @@ class endpoint {
   uint64_t max_msg_size() const { return max_msg_size_; }
   /// Most writes in flight (provider TX size, config cap applied).
   uint64_t tx_depth() const { return tx_depth_; }
+  /// Most ranges one write carries (provider iov limits, config cap applied; >= 1).
+  uint64_t write_iov_limit() const { return write_iov_limit_; }
   /// The mr_mode bits the provider returned (and that we honour).
   uint64_t mr_mode() const { return mr_mode_; }
   /// FI_MR_VIRT_ADDR: a remote address is a virtual address; otherwise it is
@@ -151,6 +158,7 @@ class endpoint {
   std::string provider_;
   uint64_t max_msg_size_ = 0;
   uint64_t tx_depth_ = 0;
+  uint64_t write_iov_limit_ = 1;
   uint64_t mr_mode_ = 0;
   uint64_t next_key_ = 1;
   int cq_wait_fd_ = -1;

@@ -139,6 +139,10 @@ caf::expected<std::unique_ptr<engine>> engine::start(std::unique_ptr<endpoint> e
   self->name_ = ep->name();
   self->max_msg_size_ = ep->max_msg_size();
   self->tx_depth_ = ep->tx_depth();
+  self->write_iov_limit_ = ep->write_iov_limit();
+  self->gather_iov_.resize(self->write_iov_limit_);
+  self->gather_desc_.resize(self->write_iov_limit_);
+  self->gather_rma_.resize(self->write_iov_limit_);
   self->virt_addr_ = ep->virt_addr();
   self->role_ = r;
   self->on_done_ = std::move(on_done);
@@ -447,19 +451,40 @@ int engine::post_ready() {
       continue;
     }
     while (!j.fully_posted() && !free_ops_.empty()) {
-      const pending_write& w = j.writes[j.next];
-      const uint64_t len = std::min(w.len - j.offset, max_msg_size_);
+      // Gather the job's next ranges into one write: up to write_iov_limit_
+      // (local iov, rma_iov) pairs, at most max_msg_size_ bytes in all. They
+      // all belong to this job (one room, one peer), so a failed write fails
+      // only the job that owned every byte of it. The cursor moves only once
+      // the provider took the write.
+      iovec* iov = gather_iov_.data();
+      void** desc = gather_desc_.data();
+      fi_rma_iov* rma = gather_rma_.data();
+      size_t count = 0;
+      size_t next = j.next;
+      uint64_t offset = j.offset;
+      uint64_t total = 0;
+      while (count < write_iov_limit_ && next < j.writes.size() && total < max_msg_size_) {
+        const pending_write& w = j.writes[next];
+        const uint64_t len = std::min(w.len - offset, max_msg_size_ - total);
+        iov[count] = iovec{reinterpret_cast<void*>(w.src + offset), len};
+        desc[count] = w.desc;
+        rma[count] = fi_rma_iov{w.remote_addr + offset, len, w.key};
+        ++count;
+        total += len;
+        offset += len;
+        if (offset == w.len) {
+          ++next;
+          offset = 0;
+        }
+      }
       op* o = free_ops_.back();
-      iovec iov{reinterpret_cast<void*>(w.src + j.offset), len};
-      void* desc = w.desc;
-      fi_rma_iov rma{w.remote_addr + j.offset, len, w.key};
       fi_msg_rma msg{};
-      msg.msg_iov = &iov;
-      msg.desc = &desc;
-      msg.iov_count = 1;
+      msg.msg_iov = iov;
+      msg.desc = desc;
+      msg.iov_count = count;
       msg.addr = j.peer->addr;
-      msg.rma_iov = &rma;
-      msg.rma_iov_count = 1;
+      msg.rma_iov = rma;
+      msg.rma_iov_count = count;
       msg.context = &o->ctx;
       // FI_DELIVERY_COMPLETE on EVERY op: on tcp/net a plain completion only
       // means "left the initiator" and, after an error on the connection, a
@@ -480,15 +505,13 @@ int engine::post_ready() {
       }
       free_ops_.pop_back();
       o->owner = &j;
-      o->len = len;
+      o->len = total;
       ++j.in_flight;
       ++in_flight_;
       ++posted;
-      j.offset += len;
-      if (j.offset == w.len) {
-        ++j.next;
-        j.offset = 0;
-      }
+      j.next = next;
+      j.offset = offset;
+      stats_.ranges_posted.fetch_add(count, std::memory_order_relaxed);
       stats_.writes_posted.fetch_add(1, std::memory_order_relaxed);
       if (in_flight_ > stats_.max_in_flight.load(std::memory_order_relaxed))
         stats_.max_in_flight.store(in_flight_, std::memory_order_relaxed);

@@ -35,6 +35,9 @@
 #include <thread>
 #include <vector>
 
+#include <rdma/fi_rma.h>
+#include <sys/uio.h>
+
 #include "common/error.hpp"
 #include "transport/fabric/endpoint.hpp"
 #include "transport/fabric/fault_injection.hpp"
@@ -68,7 +71,10 @@ using completion_fn = std::function<void(job_result)>;
 
 /// Counters for tests and benchmarks (read any time, relaxed).
 struct engine_stats {
+  /// fi_writemsg calls accepted (one op; it may carry several ranges).
   std::atomic<uint64_t> writes_posted{0};
+  /// Ranges those writes carried (blocks, and pieces of blocks split at max_msg_size).
+  std::atomic<uint64_t> ranges_posted{0};
   std::atomic<uint64_t> writes_completed{0};
   std::atomic<uint64_t> eagain_retries{0};
   std::atomic<uint64_t> max_in_flight{0};
@@ -106,6 +112,7 @@ class engine {
   const std::string& provider() const { return provider_; }
   uint64_t max_msg_size() const { return max_msg_size_; }
   uint64_t tx_depth() const { return tx_depth_; }
+  uint64_t write_iov_limit() const { return write_iov_limit_; }
   bool virt_addr() const { return virt_addr_; }
 
   /// Registers local memory (sources: FI_WRITE; targets: FI_REMOTE_WRITE).
@@ -154,6 +161,7 @@ class engine {
   std::vector<uint8_t> name_;
   uint64_t max_msg_size_ = 0;
   uint64_t tx_depth_ = 0;
+  uint64_t write_iov_limit_ = 1;
   bool virt_addr_ = false;
   role role_ = role::initiator;
   completion_fn on_done_;
@@ -176,6 +184,10 @@ class engine {
   std::deque<std::unique_ptr<job>> active_;
   std::vector<op> ops_;
   std::vector<op*> free_ops_;
+  // Scratch for the ranges of the write being posted (write_iov_limit_ each).
+  std::vector<iovec> gather_iov_;
+  std::vector<void*> gather_desc_;
+  std::vector<fi_rma_iov> gather_rma_;
   uint64_t in_flight_ = 0;
   bool eagain_ = false;
   uint32_t idle_rounds_ = 0;
