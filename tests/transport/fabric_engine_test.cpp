@@ -212,9 +212,13 @@ TEST_P(FabricEngine, SmallBlocksOfAJobShareWritesUpToTheIovLimitAndTheMaxMessage
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), cfg));
   if (IsSkipped())
     return;
-  // Every provider here offers 4 (tcp, net, shm) or 8 (sockets) pairs.
+  // tcp and net offer 4 pairs, sockets 8; shm is held to 1 (a multi-range
+  // write on its SAR path hangs in libfabric 1.17: endpoint.cpp).
   const uint64_t limit = initiator_->write_iov_limit();
-  ASSERT_GE(limit, 4u);
+  if (GetParam() == "shm")
+    ASSERT_EQ(limit, 1u) << "shm must write one range per write";
+  else
+    ASSERT_GE(limit, 4u);
   std::mt19937_64 rng{23};
   test::fill_random(src, rng);
   // 1. Blocks of mixed small lengths, scattered with gaps, in reverse dst
@@ -235,7 +239,8 @@ TEST_P(FabricEngine, SmallBlocksOfAJobShareWritesUpToTheIovLimitAndTheMaxMessage
   EXPECT_TRUE(dst == expected) << "a gathered write put bytes outside its blocks";
 
   // 2. A write stops at max_msg_size (4096), splitting the block it reaches:
-  //    {1000, 3096 of 5000} then {the 1904 left, 100, 100}.
+  //    {1000, 3096 of 5000} then {the 1904 left, 100, 100}; one range per
+  //    write where the limit is 1 (shm): {1000} {4096} {904} {100} {100}.
   std::fill(dst.begin(), dst.end(), uint8_t{0});
   std::fill(expected.begin(), expected.end(), uint8_t{0});
   const std::vector<std::pair<uint64_t, uint64_t>> shapes = {
@@ -252,7 +257,7 @@ TEST_P(FabricEngine, SmallBlocksOfAJobShareWritesUpToTheIovLimitAndTheMaxMessage
   r = run_job(2, blocks);
   ASSERT_FALSE(r.status) << describe(r.status);
   EXPECT_EQ(r.bytes, 6200u);
-  EXPECT_EQ(initiator_->stats().writes_posted.load() - writes_before, 2u);
+  EXPECT_EQ(initiator_->stats().writes_posted.load() - writes_before, limit == 1 ? 5u : 2u);
   EXPECT_EQ(initiator_->stats().ranges_posted.load() - ranges_before, 5u);
   EXPECT_TRUE(dst == expected) << "a write split at max_msg_size lost or moved bytes";
 }

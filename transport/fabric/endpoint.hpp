@@ -51,7 +51,8 @@ struct fabric_config {
   /// Most ranges one fi_writemsg carries (local iov and rma_iov pairs); 0 =
   /// the provider's limit (min of tx iov_limit and rma_iov_limit), 1 = one
   /// range per write. Small blocks of one job share a write: fewer ops per
-  /// layer where a provider's cost is per op, not per byte.
+  /// layer where a provider's cost is per op, not per byte. shm is always 1
+  /// (endpoint.cpp says why).
   uint64_t max_write_iov = 0;
   /// Ask for FI_HMEM (caps) and FI_MR_HMEM (mr_mode): needed to register
   /// device memory (memory_iface::cuda). A provider that does not offer it
