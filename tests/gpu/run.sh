@@ -14,9 +14,11 @@
 # Usage: tests/gpu/run.sh [--prebuilt] [build-dir]   (about 2-4 minutes on 16 cores)
 #   --prebuilt: step 1 is skipped; build-dir already holds those targets, built
 #   with -DLAYERSTREAM_CUDA=ON where the Debian packages are (a GPU machine
-#   without them runs the tests from that tree; tests/gpu/README.md says how).
+#   without them runs the tests from that tree: pack_prebuilt.sh, and the
+#   README's GPU section, say how).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source tests/gpu/gpu_binaries.sh
 prebuilt=0
 if [ "${1:-}" = "--prebuilt" ]; then prebuilt=1; shift; fi
 BUILD=${1:-build-gpu}
@@ -36,15 +38,14 @@ row() { rows+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
 
 t0=$(date +%s)
 if [ $prebuilt -eq 1 ]; then
-  for bin in tests/gpu/gpu_test tests/gpu/gpu_fault_test tests/gpu/event_waiter_test \
-             tests/equivalence_test layerstream; do
+  for bin in "${gpu_binaries[@]}"; do
     if [ ! -x "$BUILD/$bin" ]; then
       echo "--prebuilt: $BUILD/$bin is missing"; exit 2
     fi
   done
   row "build (CUDA on)" ok "prebuilt: $BUILD"
 elif cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAYERSTREAM_CUDA=ON >"$BUILD.configure.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$jobs" --target gpu_test gpu_fault_test event_waiter_test equivalence_test layerstream \
+   cmake --build "$BUILD" -j"$jobs" --target "${gpu_binaries[@]##*/}" \
      >"$BUILD.build.log" 2>&1; then
   row "build (CUDA on)" ok "$(( $(date +%s) - t0 )) s"
 else
