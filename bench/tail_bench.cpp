@@ -39,12 +39,15 @@ struct bench_shape {
   uint32_t kv_heads = 0; // sets the page size in bytes
 };
 
-/// The workload of a shape: one room holds 256 tokens (16 pages); many rooms
-/// hold one page each, and at 256 rooms the pages are smaller (1 KV head),
-/// so that one layer's bytes stay below what the link moves in one layer's
-/// compute (the regime where per-layer overlap can hide the transfer).
-bench_shape shape_of(uint32_t layers, uint32_t rooms, uint32_t cp) {
+/// The workload of a shape: by default one room holds 256 tokens (16
+/// pages); many rooms hold one page each, and at 256 rooms the pages are
+/// smaller (1 KV head), so that one layer's bytes stay below what the link
+/// moves in one layer's compute (the regime where per-layer overlap can hide
+/// the transfer). `tokens` > 0 sets the prompt length of every room instead.
+bench_shape shape_of(uint32_t layers, uint32_t rooms, uint32_t cp, uint64_t tokens) {
   bench_shape s{layers, rooms, cp, rooms == 1 ? 256u : 16u, rooms >= 128 ? 1u : 8u};
+  if (tokens > 0)
+    s.tokens = tokens;
   return s;
 }
 
@@ -504,14 +507,17 @@ std::vector<bench_shape> shapes_of(const tail_bench_options& o) {
     rooms = {1, 16, 256};
   if (cps.empty())
     cps = {1, 2};
+  const std::vector<uint64_t> tokens = o.tokens.empty() ? std::vector<uint64_t>{0} : o.tokens;
   std::vector<bench_shape> out;
-  for (auto l : layers)
-    for (auto r : rooms)
-      out.push_back(shape_of(l, r, 1));
-  for (auto cp : cps)
-    if (cp > 1)
-      for (auto l : layers)
-        out.push_back(shape_of(l, 1, cp));
+  for (auto t : tokens) {
+    for (auto l : layers)
+      for (auto r : rooms)
+        out.push_back(shape_of(l, r, 1, t));
+    for (auto cp : cps)
+      if (cp > 1)
+        for (auto l : layers)
+          out.push_back(shape_of(l, 1, cp, t));
+  }
   return out;
 }
 
@@ -532,6 +538,33 @@ int run_tail_bench(const tail_bench_options& opts_in) {
                   << "\n";
         return 2;
       }
+  for (auto t : o.tokens)
+    if (t == 0 || t > (1u << 20)) {
+      std::cerr << "layerstream bench tail: tokens must be in 1..1048576, got " << t << "\n";
+      return 2;
+    }
+  // Two clusters (bulk and per-layer) are up at once: refuse a shape whose
+  // pools would not fit comfortably instead of failing halfway through.
+  constexpr uint64_t max_pool_bytes = 4ull << 30;
+  for (const auto& s : shapes_of(o)) {
+    std::string why;
+    auto cfg = make_config(o, s, true, why);
+    if (!cfg) {
+      std::cerr << "layerstream bench tail: " << why << "\n";
+      return 2;
+    }
+    // Each of the cp prefill ranks and the decode node: every room's pages,
+    // K and V, every layer.
+    const uint64_t cluster_bytes = (uint64_t{s.cp} + 1) * cfg->prefill.pool_pages *
+                                   cfg->model.item_len() * 2 * cfg->model.layers;
+    if (2 * cluster_bytes > max_pool_bytes) {
+      std::cerr << "layerstream bench tail: L = " << s.layers << ", " << s.rooms << " rooms, cp "
+                << s.cp << ", " << s.tokens << " tokens per room needs "
+                << (2 * cluster_bytes >> 20) << " MiB of KV pools (two clusters), more than "
+                << (max_pool_bytes >> 20) << " MiB; use fewer tokens, rooms or layers\n";
+      return 2;
+    }
+  }
   if (auto err = check_local_address("127.0.0.1")) {
     std::cerr << "layerstream bench tail: " << message_of(err) << "\n";
     return 2;

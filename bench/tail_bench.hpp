@@ -16,6 +16,9 @@ struct tail_bench_options {
   std::vector<uint32_t> layers;
   std::vector<uint32_t> rooms;
   std::vector<uint32_t> cp;
+  /// Prompt tokens per room, which set the KV bytes per layer; each value
+  /// runs every config (empty: 256 tokens for one room, 16 for many).
+  std::vector<uint64_t> tokens;
   /// Interleaved repetitions per config (each: no-transfer forward, bulk, per-layer).
   uint32_t repetitions = 5;
   /// Simulated compute of one layer.

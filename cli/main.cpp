@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   bench_tail->add_option("--rooms", tail_opts.rooms, "concurrent rooms (default: 1 16 256)");
   bench_tail->add_option("--cp", tail_opts.cp,
                          "CP sizes; CP > 1 runs with one room (default: 1 2)");
+  bench_tail->add_option("--tokens", tail_opts.tokens,
+                         "prompt tokens per room, which set the KV bytes per layer; each value "
+                         "runs every config (default: 256 for one room, 16 for many)");
   bench_tail->add_option("--repetitions", tail_opts.repetitions, "interleaved repetitions");
   bench_tail->add_option("--layer-compute-us", tail_opts.layer_compute_us,
                          "simulated compute per layer, us");
