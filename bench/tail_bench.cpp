@@ -554,14 +554,15 @@ int run_tail_bench(const tail_bench_options& opts_in) {
       return 2;
     }
     // Each of the cp prefill ranks and the decode node: every room's pages,
-    // K and V, every layer.
-    const uint64_t cluster_bytes = (uint64_t{s.cp} + 1) * cfg->prefill.pool_pages *
-                                   cfg->model.item_len() * 2 * cfg->model.layers;
-    if (2 * cluster_bytes > max_pool_bytes) {
+    // K and V, every layer. In double: the largest options overflow 64 bits.
+    const double cluster_bytes = (s.cp + 1.0) * static_cast<double>(cfg->prefill.pool_pages) *
+                                 static_cast<double>(cfg->model.item_len()) * 2 * cfg->model.layers;
+    if (2 * cluster_bytes > static_cast<double>(max_pool_bytes)) {
       std::cerr << "layerstream bench tail: L = " << s.layers << ", " << s.rooms << " rooms, cp "
                 << s.cp << ", " << s.tokens << " tokens per room needs "
-                << (2 * cluster_bytes >> 20) << " MiB of KV pools (two clusters), more than "
-                << (max_pool_bytes >> 20) << " MiB; use fewer tokens, rooms or layers\n";
+                << static_cast<uint64_t>(2 * cluster_bytes / (1 << 20))
+                << " MiB of KV pools (two clusters), more than " << (max_pool_bytes >> 20)
+                << " MiB; use fewer tokens, rooms or layers\n";
       return 2;
     }
   }
