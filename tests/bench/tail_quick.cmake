@@ -2,14 +2,8 @@
 # complete and bit-exact), and the JSON holds the documented keys for every
 # config, including L = 32 with 1 room, with tails that are real measurements.
 # Run as: cmake -DLAYERSTREAM=<binary> -DOUT=<file> -P tail_quick.cmake
-execute_process(COMMAND ${LAYERSTREAM} bench tail --quick --json ${OUT}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message("${out}${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "bench tail --quick exited with ${rc}")
-endif()
-file(READ ${OUT} json)
-string(JSON n LENGTH "${json}" configs)
+include(${CMAKE_CURRENT_LIST_DIR}/tail_json.cmake)
+run_tail_json(--quick)
 if(n LESS 1)
   message(FATAL_ERROR "no configs in ${OUT}")
 endif()

@@ -3,15 +3,8 @@
 # values and shapes whose pools would not fit are refused (exit 2) with the
 # reason, before any cluster starts.
 # Run as: cmake -DLAYERSTREAM=<binary> -DOUT=<file> -P tail_tokens.cmake
-execute_process(COMMAND ${LAYERSTREAM} bench tail --layers 4 --rooms 1 --cp 1 --tokens 32 64
-                        --repetitions 1 --json ${OUT}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message("${out}${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "bench tail --tokens 32 64 exited with ${rc}")
-endif()
-file(READ ${OUT} json)
-string(JSON n LENGTH "${json}" configs)
+include(${CMAKE_CURRENT_LIST_DIR}/tail_json.cmake)
+run_tail_json(--layers 4 --rooms 1 --cp 1 --tokens 32 64 --repetitions 1)
 if(NOT n EQUAL 2)
   message(FATAL_ERROR "expected 2 configs (one per --tokens value), got ${n}")
 endif()

@@ -1,0 +1,15 @@
+# Shared by the `bench tail` test scripts (included with LAYERSTREAM and OUT
+# set): run_tail_json(ARGS...) runs `layerstream bench tail ARGS --json OUT`,
+# fails the test unless it exits 0, and sets `json` (the file's text) and `n`
+# (how many configs it holds).
+macro(run_tail_json)
+  execute_process(COMMAND ${LAYERSTREAM} bench tail ${ARGN} --json ${OUT}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT rc EQUAL 0)
+    string(REPLACE ";" " " args "${ARGN}")
+    message(FATAL_ERROR "bench tail ${args} exited with ${rc}")
+  endif()
+  file(READ ${OUT} json)
+  string(JSON n LENGTH "${json}" configs)
+endmacro()
