@@ -188,6 +188,8 @@ void on_event_ready(self_ptr self, const event_ready& msg) {
 
 void on_layer_end(self_ptr self, const layer_end& msg) {
   auto& st = self->state;
+  if (st.batch_over)
+    return; // A later batch's layer: it has contexts of its own.
   bool wait = false;
   for (auto& rp : st.rooms) {
     if (msg.layer >= rp.layers.size()) {
@@ -225,6 +227,7 @@ void on_layer_end(self_ptr self, const layer_end& msg) {
 
 caf::result<finish_result> on_finish(self_ptr self, const finish& msg) {
   auto& st = self->state;
+  st.batch_over = true;
   auto i = st.index_of.find(msg.room);
   if (i == st.index_of.end())
     return finish_result{

@@ -25,7 +25,10 @@
 // first failed wait or submit nothing more is submitted for it (fail closed),
 // and its neighbours in the batch are not affected; finish waits for every
 // outstanding layer of the room, bounded by `finish_timeout`, and every
-// finish of a room gets the same answer. The context never outlives its
+// finish of a room gets the same answer. After the first finish of any of
+// its rooms the context takes no more layer_end: the scheduler finishes a
+// batch only after its batch_done, which follows every layer_end of the
+// batch, so a later one is another batch's. The context never outlives its
 // manager (linked).
 #pragma once
 
@@ -140,6 +143,10 @@ struct context_state {
   /// Blocks of one layer of the whole batch (every room's runs, K and V):
   /// the flat list is reserved once per layer at this size.
   size_t blocks_per_layer_hint = 0;
+  /// A finish came: the forward batch is over, so every later layer_end is
+  /// a later batch's (the manager fans layer_end out to every context still
+  /// active) and must not be written into this batch's rooms.
+  bool batch_over = false;
 };
 
 context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,

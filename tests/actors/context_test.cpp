@@ -376,6 +376,27 @@ CAF_TEST(the finish deadline of one room leaves its neighbours in the batch wait
   expect_finish(ctx, finish_result{2, caf::error{}, 1, expected_bytes(b, 0)});
 }
 
+CAF_TEST(a layer_end after a finish belongs to a later batch and writes nothing) {
+  // The forward failed after layer 0 and the scheduler finishes the batch's
+  // rooms. While one of them is still in flight the context stays active,
+  // so the manager fans the next batch's layer_end{1} out to it too.
+  auto a = make_request(1, 2, 2), b = make_request(2, 2, 2, 40, 400);
+  auto ctx = spawn_batch({a, b});
+  auto ev0 = end_layer(ctx, 0);
+  ev0->signal();
+  expect((event_ready), from(_).to(ctx));
+  expect((submit_batch), from(ctx).to(transport));
+  expect((submit_batch_done), from(transport).to(ctx));
+  expect_finish(ctx, finish_result{1, make_error(lserr::missing_layer, ""), 1, expected_bytes(a, 0),
+                                   std::vector<uint32_t>{1}});
+  auto ev1 = end_layer(ctx, 1);
+  CAF_CHECK_EQUAL(ev1->waiting(), 0u);          // nobody here waits on the later batch's event
+  CAF_CHECK_EQUAL(script->received.size(), 2u); // layer 0 of both rooms, nothing more
+  // Room 2, finished after that layer_end, still lacks layer 1.
+  expect_finish(ctx, finish_result{2, make_error(lserr::missing_layer, ""), 1, expected_bytes(b, 0),
+                                   std::vector<uint32_t>{1}});
+}
+
 CAF_TEST(a finish for a room outside the batch is answered with unknown_room) {
   auto ctx = spawn_batch({make_request(1, 2, 1)});
   expect_finish(ctx, finish_result{9, make_error(lserr::unknown_room, ""), 0, 0});
