@@ -124,19 +124,31 @@ caf::error check_fabric_address(const std::vector<uint8_t>& name, network_scope 
                                 const netns_paths& paths) {
   sa_family_t family = 0;
   if (name.size() < sizeof(family))
-    return caf::none;
+    return make_error(lserr::bad_input, "fabric peer address of " + std::to_string(name.size()) +
+                                            " bytes: too short to be any address");
   std::memcpy(&family, name.data(), sizeof(family));
+  // An IP name of another size is refused, not waved through as "not IP":
+  // the provider reads it as a sockaddr whatever its length.
+  auto wrong_size = [&](const char* what, size_t want) {
+    return make_error(lserr::bad_input, "fabric peer address of " + std::to_string(name.size()) +
+                                            " bytes with family " + what + ": expected " +
+                                            std::to_string(want));
+  };
   char text[INET6_ADDRSTRLEN] = {};
-  if (family == AF_INET && name.size() == sizeof(sockaddr_in)) {
+  if (family == AF_INET) {
+    if (name.size() != sizeof(sockaddr_in))
+      return wrong_size("AF_INET", sizeof(sockaddr_in));
     sockaddr_in sa{};
     std::memcpy(&sa, name.data(), sizeof(sa));
     inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
-  } else if (family == AF_INET6 && name.size() == sizeof(sockaddr_in6)) {
+  } else if (family == AF_INET6) {
+    if (name.size() != sizeof(sockaddr_in6))
+      return wrong_size("AF_INET6", sizeof(sockaddr_in6));
     sockaddr_in6 sa{};
     std::memcpy(&sa, name.data(), sizeof(sa));
     inet_ntop(AF_INET6, &sa.sin6_addr, text, sizeof(text));
   } else {
-    return caf::none;
+    return caf::none; // not an IP name (shm's is a string): nothing to place
   }
   if (auto err = check_connect(text, scope, paths))
     return make_error(lserr::bad_input,

@@ -130,6 +130,25 @@ TEST(NetGuard, APeersFabricAddressIsCheckedLikeAConnection) {
   EXPECT_FALSE(check_fabric_address({shm.begin(), shm.end()}, network_scope::test, ns.in_root));
 }
 
+TEST(NetGuard, AnIpFabricAddressOfTheWrongSizeIsRefusedNotWavedThrough) {
+  fake_namespaces ns;
+  // An off-machine AF_INET name padded by 4 bytes, or cut short: the
+  // provider would still read a sockaddr_in from it, so neither may pass as
+  // "not an IP name", in either scope.
+  for (auto scope : {network_scope::test, network_scope::deployment}) {
+    auto padded = sockaddr_name("8.8.8.8", 5000);
+    padded.resize(padded.size() + 4);
+    EXPECT_TRUE(mentions(check_fabric_address(padded, scope, ns.in_root), "expected 16"));
+    auto cut = sockaddr_name("127.0.0.1", 5000);
+    cut.resize(8);
+    EXPECT_TRUE(mentions(check_fabric_address(cut, scope, ns.in_root), "expected 16"));
+    auto v6 = sockaddr_name("::1", 5000);
+    v6.resize(v6.size() - 1);
+    EXPECT_TRUE(mentions(check_fabric_address(v6, scope, ns.in_root), "AF_INET6"));
+    EXPECT_TRUE(mentions(check_fabric_address({2}, scope, ns.in_root), "too short"));
+  }
+}
+
 TEST(NetGuard, ABindAddressMustBelongToThisHost) {
   fake_namespaces ns;
   EXPECT_TRUE(check_local_address("198.51.100.77"));

@@ -399,6 +399,32 @@ TEST_P(FabricEngine, AnInjectedCqErrorFailsExactlyItsJobAndOtherJobsLandBitExact
   EXPECT_FALSE(again.status) << describe(again.status);
 }
 
+TEST_P(FabricEngine, APeerAddressOfTheWrongShapeIsRefusedBeforeTheProviderReadsIt) {
+  // fi_av_insert takes no length. A name one byte short (a transfer_info
+  // can carry any bytes) would be read past its end; an IP name padded to
+  // another size would be read as a sockaddr all the same.
+  auto& src = sized(src_, 4096);
+  auto& dst = sized(dst_, 4096);
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size()));
+  if (IsSkipped())
+    return;
+  auto cut = target_name_;
+  cut.pop_back();
+  auto short_peer = initiator_->add_peer(cut, {region_});
+  ASSERT_FALSE(short_peer) << "a name one byte short was inserted";
+  EXPECT_TRUE(is(short_peer.error(), lserr::bad_input)) << describe(short_peer.error());
+  if (GetParam() != "shm") { // shm's name is a string: trailing bytes after it are harmless
+    auto padded = target_name_;
+    padded.resize(padded.size() + 4);
+    auto long_peer = initiator_->add_peer(padded, {region_});
+    ASSERT_FALSE(long_peer) << "a padded socket name was inserted";
+    EXPECT_TRUE(is(long_peer.error(), lserr::bad_input)) << describe(long_peer.error());
+  }
+  // The well-formed name still works.
+  auto r = run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}});
+  EXPECT_FALSE(r.status) << describe(r.status);
+}
+
 TEST_P(FabricEngine, AWriteWithAWrongRemoteKeyGetsARealErrorCompletion) {
   // Which providers check keys (TOOLCHAIN.md): sockets answers EACCES and
   // keeps the connection (a per-op failure); tcp and net answer ECANCELED and

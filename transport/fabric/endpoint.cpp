@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -14,6 +17,44 @@
 namespace layerstream::fabric {
 
 namespace {
+
+/// Whether a peer's `address` has the shape this endpoint's address format
+/// reads. fi_av_insert takes no length: it reads as many bytes as the format
+/// says, so a shorter name (from a peer's transfer_info) would be read past
+/// its end, and an IP name padded to another size would slip past the net
+/// guard's check.
+caf::error check_address_shape(uint32_t format, const std::vector<uint8_t>& address) {
+  auto refuse = [&](const std::string& why) {
+    return make_error(lserr::bad_input, "insert_peer: a fabric address of " +
+                                            std::to_string(address.size()) + " bytes " + why);
+  };
+  switch (format) {
+  case FI_SOCKADDR:
+  case FI_SOCKADDR_IN:
+  case FI_SOCKADDR_IN6: {
+    sa_family_t family = 0;
+    if (address.size() < sizeof(family))
+      return refuse("is too short for a socket address");
+    std::memcpy(&family, address.data(), sizeof(family));
+    const bool v4 = family == AF_INET && format != FI_SOCKADDR_IN6;
+    const bool v6 = family == AF_INET6 && format != FI_SOCKADDR_IN;
+    if (!v4 && !v6)
+      return refuse("has address family " + std::to_string(family) +
+                    ", not one this provider's format takes");
+    const size_t want = v4 ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (address.size() != want)
+      return refuse("is not a " + std::string{v4 ? "sockaddr_in" : "sockaddr_in6"} + " (" +
+                    std::to_string(want) + " bytes)");
+    return caf::none;
+  }
+  case FI_ADDR_STR:
+    if (std::find(address.begin(), address.end(), uint8_t{0}) == address.end())
+      return refuse("is not a terminated string (FI_ADDR_STR)");
+    return caf::none;
+  default:
+    return caf::none;
+  }
+}
 
 // What we ask for; what comes back in info->domain_attr->mr_mode is honoured
 // (see endpoint::virt_addr, register_memory and the engine's desc handling).
@@ -241,6 +282,8 @@ caf::expected<local_registration> endpoint::register_memory(void* ptr, uint64_t 
 caf::expected<fi_addr_t> endpoint::insert_peer(const std::vector<uint8_t>& address) {
   if (address.empty())
     return make_error(lserr::bad_input, "insert_peer: empty fabric address");
+  if (auto err = check_address_shape(info_->addr_format, address))
+    return err;
   fi_addr_t addr = FI_ADDR_UNSPEC;
   const int rc = fi_av_insert(av_.get(), address.data(), 1, &addr, 0, nullptr);
   FI_RETURN_IF_ERROR(rc);
