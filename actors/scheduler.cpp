@@ -3,6 +3,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/send.hpp>
 
+#include "common/deadlines.hpp"
 #include "common/log.hpp"
 
 namespace layerstream {
@@ -10,6 +11,13 @@ namespace layerstream {
 namespace {
 
 using self_ptr = scheduler_full_actor::stateful_pointer<scheduler_state>;
+
+/// How long a finish request waits: past the manager's own wait on the
+/// context (outer_deadline(room), node/nodes.cpp), which is past the
+/// context's finish deadline (room), so the context's reason arrives first.
+caf::timespan finish_wait(const timeouts_config& t) {
+  return outer_deadline(outer_deadline(t.room));
+}
 
 uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
   return tokens / page_size + (tokens % page_size != 0 ? 1 : 0); // no overflow near 2^64
@@ -140,7 +148,9 @@ void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
       continue;
     }
     auto t0 = trace ? steady_ns() : 0;
-    self->request(st.transport, st.cfg.timeouts.submit, std::move(msg))
+    // Outlasts the engine's own write deadline (timeouts.submit), whose
+    // reason says more than a request timeout.
+    self->request(st.transport, outer_deadline(st.cfg.timeouts.submit), std::move(msg))
         .then([done, layer, t0](const submit_done& res) { done(layer, t0, res.status, res.bytes); },
               [done, layer, t0](caf::error& err) {
                 done(layer, t0,
@@ -208,7 +218,7 @@ void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>
     auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes) {
       chunk_settled(self, batch, room, reason, bytes);
     };
-    self->request(st.manager, st.cfg.timeouts.room, finish{room})
+    self->request(st.manager, finish_wait(st.cfg.timeouts), finish{room})
         .then([settle](const finish_result& res) { settle(res.bytes); },
               [settle](caf::error&) { settle(0); });
   }
@@ -242,7 +252,7 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
     }
     auto& rs = i->second;
     if (rs.per_layer) {
-      self->request(st.manager, st.cfg.timeouts.room, finish{room})
+      self->request(st.manager, finish_wait(st.cfg.timeouts), finish{room})
           .then([self, batch = msg.batch, room, chunk = chunks[k]](
                     const finish_result& res) { on_finish_result(self, batch, room, chunk, res); },
                 [self, batch = msg.batch, room](caf::error& err) {

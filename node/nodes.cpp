@@ -5,6 +5,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include "common/deadlines.hpp"
 #include "common/log.hpp"
 #include "node/device_select.hpp"
 
@@ -39,9 +40,13 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
     return transport.error();
   node->transport = *transport;
   manager_config mcfg;
-  mcfg.context.submit_timeout = cfg.timeouts.submit;
+  // Each wait outlasts the one it covers (common/deadlines.hpp): the
+  // engine's write deadline (timeouts.submit) < the context's submit request
+  // < the context's finish deadline (timeouts.room, from the first finish)
+  // < the manager's finish request < the scheduler's.
+  mcfg.context.submit_timeout = outer_deadline(cfg.timeouts.submit);
   mcfg.context.finish_timeout = cfg.timeouts.room;
-  mcfg.finish_request_timeout = cfg.timeouts.room + cfg.timeouts.submit;
+  mcfg.finish_request_timeout = outer_deadline(cfg.timeouts.room);
   mcfg.context.trace = trace;
   mcfg.context.rank = cp_rank;
   node->manager = sys.spawn(manager_impl, submit_sink{node->transport}, mcfg);
