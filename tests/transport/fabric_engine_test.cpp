@@ -319,6 +319,60 @@ TEST_P(FabricEngine, AClosedTargetFailsTheJobWithinItsDeadlineAndLaterJobsAreRef
   EXPECT_TRUE(is(later, lserr::peer_lost)) << describe(later);
 }
 
+TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {
+  // One initiator, two targets. Target A goes away with a job queued for
+  // it; a job for B, submitted after it, must still land, and B must stay
+  // usable: a dead connection answers for itself (EAGAIN or an error), not
+  // for every peer of the engine.
+  if (GetParam() == "shm")
+    GTEST_SKIP() << "shm: closing a target endpoint inside the same process unmaps the shared "
+                    "region the initiator still writes to (see above)";
+  auto& src = sized(src_, 4 << 20);
+  auto& dst = sized(dst_, 4 << 20);
+  fabric::fabric_config init_cfg;
+  init_cfg.max_write_size = 4096; // A's job is 1024 writes
+  const auto deadline = 2s;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, deadline));
+  if (IsSkipped())
+    return;
+  std::vector<uint8_t> dst_b(64 << 10, 0);
+  fabric::fabric_config b_cfg;
+  b_cfg.provider = GetParam();
+  auto bep = fabric::endpoint::open(b_cfg);
+  ASSERT_TRUE(bep) << describe(bep.error());
+  auto breg = (*bep)->register_memory(dst_b.data(), dst_b.size(), FI_REMOTE_WRITE);
+  ASSERT_TRUE(breg) << describe(breg.error());
+  auto b_name = (*bep)->name();
+  auto beng = engine::start(std::move(*bep), engine::role::target, nullptr, 0ms);
+  ASSERT_TRUE(beng) << describe(beng.error());
+  auto peer_b = initiator_->add_peer(b_name, {{breg->base, breg->length, breg->key}});
+  ASSERT_TRUE(peer_b) << describe(peer_b.error());
+  // Both connections are up, then A goes away.
+  ASSERT_FALSE(run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}}).status);
+  for (size_t i = 0; i < 4096; ++i)
+    src[i] = static_cast<uint8_t>(i * 7 + 1);
+  ASSERT_FALSE(initiator_->submit(2, *peer_b, {{test::addr_of(src), breg->base, 4096}}));
+  auto warm = done_.wait(2, result_wait);
+  ASSERT_TRUE(warm && !warm->status);
+  target_.reset();
+  ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), 4 << 20}}));
+  for (size_t i = 0; i < 4096; ++i)
+    src[i] = static_cast<uint8_t>(i * 13 + 5);
+  ASSERT_FALSE(initiator_->submit(4, *peer_b, {{test::addr_of(src), breg->base + 4096, 4096}}));
+  auto to_a = done_.wait(3, deadline + 5s);
+  auto to_b = done_.wait(4, deadline + 5s);
+  ASSERT_TRUE(to_a.has_value()) << "the job to the dead peer never ended";
+  ASSERT_TRUE(to_b.has_value()) << "the job to the live peer never ended";
+  std::printf("[ info     ] %s: dead peer A -> %s; live peer B -> %s; eagain retries %llu\n",
+              GetParam().c_str(), describe(to_a->status).c_str(), describe(to_b->status).c_str(),
+              static_cast<unsigned long long>(initiator_->stats().eagain_retries.load()));
+  EXPECT_TRUE(to_a->status) << "a write to a closed target reported success";
+  EXPECT_FALSE(to_b->status) << "the live peer's job failed: " << describe(to_b->status);
+  EXPECT_EQ(std::memcmp(dst_b.data() + 4096, src.data(), 4096), 0);
+  EXPECT_EQ(initiator_->peer_failure(*peer_b), "");
+  initiator_.reset(); // before B's target and buffer go
+}
+
 TEST_P(FabricEngine, StoppingWithWritesInFlightAnswersEveryJobOnceAndReturnsPromptly) {
   if (GetParam() == "shm")
     GTEST_SKIP() << "shm: closing an initiator endpoint with writes in flight inside the same "

@@ -88,6 +88,10 @@ struct engine::peer_state {
   // read by submit() with acquire.
   std::atomic<bool> failed{false};
   std::string reason;
+  // The post round in which the provider last answered -FI_EAGAIN for this
+  // peer (worker only): its other jobs wait for the next round, other
+  // peers' jobs still post in this one.
+  uint64_t eagain_round = 0;
 };
 
 // One range of a job, already translated to what fi_writemsg takes.
@@ -112,6 +116,8 @@ struct engine::job {
   uint64_t in_flight = 0;
   caf::error status;
   bool reported = false;
+  // The provider answered -FI_EAGAIN to one of its writes.
+  bool saw_eagain = false;
   clock_type::time_point submitted;
   clock_type::time_point deadline;
   bool fully_posted() const { return next == writes.size(); }
@@ -437,12 +443,15 @@ void engine::op_failed(op& o, const std::string& text, bool peer_level) {
 
 int engine::post_ready() {
   eagain_ = false;
+  ++post_round_;
   int posted = 0;
   fid_ep* ep = ep_->ep_fid();
   for (auto& jp : active_) {
     job& j = *jp;
     if (j.reported || j.status || j.fully_posted())
       continue;
+    if (j.peer->eagain_round == post_round_)
+      continue; // its peer's connection is full this round; others may not be
     if (j.peer->failed.load(std::memory_order_acquire)) {
       fail_job(j,
                make_error(lserr::peer_lost,
@@ -494,10 +503,15 @@ int engine::post_ready() {
       // before it on that peer. (Hint op_flags are ignored by `net`.)
       const ssize_t rc = fi_writemsg(ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION);
       if (rc == -FI_EAGAIN) {
+        // Only this peer waits: on rxm/tcp a full (or dead) connection
+        // answers EAGAIN for itself, and returning here would hold every
+        // other peer's jobs behind it until their deadlines.
         eagain_ = true;
+        j.saw_eagain = true;
+        j.peer->eagain_round = post_round_;
         stats_.eagain_retries.fetch_add(1, std::memory_order_relaxed);
         log_eagain();
-        return posted;
+        break;
       }
       if (rc != 0) {
         fail_job(j, call_error("fi_writemsg(FI_DELIVERY_COMPLETE)", rc, __FILE__, __LINE__), true);
@@ -529,14 +543,19 @@ void engine::check_deadlines(clock_type::time_point now) {
       continue;
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - j.submitted).count();
+    // The peer is to blame only if its own writes stalled (in flight, or
+    // refused with EAGAIN). A job that never got a free write slot (other
+    // peers held them all) fails, but leaves its peer usable.
+    const bool peer_stalled = j.in_flight > 0 || j.saw_eagain;
     fail_job(j,
              make_error(lserr::timeout,
                         "write job to peer " + std::to_string(j.peer_idx) + " (" + provider_ +
                             ") not delivery-complete after " + std::to_string(ms) + " ms: " +
                             std::to_string(j.bytes_done) + " of " + std::to_string(j.bytes_total) +
                             " bytes done, " + std::to_string(j.in_flight) + " writes in flight" +
-                            (eagain_ ? ", provider answering -FI_EAGAIN" : "")),
-             true);
+                            (j.saw_eagain ? ", provider answering -FI_EAGAIN" : "") +
+                            (peer_stalled ? "" : ", no free write slot (other peers hold them)")),
+             peer_stalled);
     // Report now; the job object stays (its in-flight ops point to it) until
     // those ops complete or the engine closes.
     j.reported = true;

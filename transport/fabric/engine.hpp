@@ -190,6 +190,7 @@ class engine {
   std::vector<fi_rma_iov> gather_rma_;
   uint64_t in_flight_ = 0;
   bool eagain_ = false;
+  uint64_t post_round_ = 0; // post_ready() calls (worker only)
   uint32_t idle_rounds_ = 0;
   uint64_t eagain_since_log_ = 0;
   std::chrono::steady_clock::time_point last_eagain_log_{};
