@@ -234,7 +234,10 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
            msg.prompt_tokens, entry.pages.size(), cp);
   auto serial = entry.serial;
   for (uint32_t rank = 0; rank < cp; ++rank) {
-    self->request(st.prefill[rank], st.cfg.room_timeout, info)
+    auto to_rank = info;
+    if (rank < st.cfg.session_keys.size())
+      to_rank.session_key = st.cfg.session_keys[rank];
+    self->request(st.prefill[rank], st.cfg.room_timeout, std::move(to_rank))
         .then(
             [self, room, serial, rank](const kv_ready& ready) {
               on_answer(self, room, serial, rank, &ready, caf::error{});

@@ -78,6 +78,10 @@ struct receiver_config {
   /// TESTING ONLY (workload.corrupt_rooms): rooms whose transfer_info gets a
   /// dst_k_ptrs[0] past the end of the advertised region. Empty normally.
   std::vector<room_id> corrupt_rooms;
+  /// Per prefill rank, the key of the authenticated session `prefill[rank]`
+  /// is (node/auth.hpp), put into every transfer_info to that rank. Empty
+  /// when the schedulers are in this process.
+  std::vector<std::vector<uint8_t>> session_keys;
 };
 
 /// receiver_config from the deployment file: timeouts.room; verify on.

@@ -527,6 +527,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
   system_config scfg{*cfg, true};
   caf::actor_system sys{scfg};
   std::vector<scheduler_actor> schedulers;
+  std::vector<std::vector<uint8_t>> session_keys; // one per rank, as schedulers
   for (auto& endpoint : cfg->decode.prefill) {
     auto colon = endpoint.rfind(':');
     auto host = endpoint.substr(0, colon);
@@ -549,7 +550,8 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
           return 1;
         }
         LS_INFO("decode: authenticated with prefill rank at {}", endpoint);
-        schedulers.push_back(*session);
+        schedulers.push_back(session->session);
+        session_keys.push_back(std::move(session->key));
         break;
       }
       if (std::chrono::steady_clock::now() >= deadline) {
@@ -560,7 +562,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  auto node = decode_node::start(sys, *cfg, schedulers);
+  auto node = decode_node::start(sys, *cfg, schedulers, std::move(session_keys));
   if (!node) {
     std::cerr << "layerstream decode: " << describe(node.error()) << "\n";
     return 1;

@@ -315,17 +315,23 @@ struct transfer_info {
   std::vector<uint64_t> item_lens;
   /// How many prefill ranks write this room (each its own contiguous slice).
   uint32_t cp_size = 1;
+  /// The key of the authenticated session it is sent through (node/auth.hpp):
+  /// a session forwards only a transfer_info that carries its key. Empty
+  /// inside one process, where no session stands between the actors.
+  std::vector<uint8_t> session_key;
   friend bool operator==(const transfer_info& a, const transfer_info& b) {
     return a.room == b.room && a.prompt_tokens == b.prompt_tokens && a.decode == b.decode &&
            a.dst_pages == b.dst_pages && a.dst_k_ptrs == b.dst_k_ptrs &&
-           a.dst_v_ptrs == b.dst_v_ptrs && a.item_lens == b.item_lens && a.cp_size == b.cp_size;
+           a.dst_v_ptrs == b.dst_v_ptrs && a.item_lens == b.item_lens && a.cp_size == b.cp_size &&
+           a.session_key == b.session_key;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_info& x) {
   return inspect_fields(f, caf::meta::type_name("transfer_info"), x.room, x.prompt_tokens, x.decode,
-                        x.dst_pages, x.dst_k_ptrs, x.dst_v_ptrs, x.item_lens, x.cp_size);
+                        x.dst_pages, x.dst_k_ptrs, x.dst_v_ptrs, x.item_lens, x.cp_size,
+                        x.session_key);
 }
 
 /// What a prefill rank expects of every transfer_info it receives: its

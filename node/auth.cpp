@@ -1,5 +1,7 @@
 #include "node/auth.hpp"
 
+#include <algorithm>
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -16,15 +18,18 @@ namespace {
 constexpr std::string_view auth_label = "layerstream-auth-v1 ";
 constexpr std::string_view server_role = "prefill";
 constexpr std::string_view client_role = "decode";
+constexpr std::string_view session_role = "session";
 
-/// Forwards transfer_info from the one node that authenticated.
+/// Forwards transfer_info from the one node that authenticated, carrying
+/// the session's key.
 struct session_state {
   static inline const char* name = "layerstream.session";
 };
 
 scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<session_state> self,
                                             scheduler_actor scheduler, caf::node_id peer,
-                                            caf::timespan timeout, std::string gate_name) {
+                                            std::vector<uint8_t> key, caf::timespan timeout,
+                                            std::string gate_name) {
   return {
       [=](transfer_info& info) -> caf::result<kv_ready> {
         auto sender = self->current_sender();
@@ -35,6 +40,16 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
                   gate_name, info.room, from, to_string(peer));
           return make_error(lserr::unauthorized, "session belongs to another node");
         }
+        // The sender's node can be claimed by anyone who speaks BASP (a
+        // routed message names its own source); the key needs the token.
+        if (!auth_equal(info.session_key, key)) {
+          LS_WARN("control plane {}: refused transfer_info for room {} from node {}: {} session "
+                  "key",
+                  gate_name, info.room, to_string(peer),
+                  info.session_key.empty() ? "no" : "a wrong");
+          return make_error(lserr::unauthorized, "transfer_info without this session's key");
+        }
+        info.session_key.clear(); // the scheduler has no use for it
         auto rp = self->make_response_promise<kv_ready>();
         self->request(scheduler, timeout, std::move(info))
             .then([rp](kv_ready& res) mutable { rp.deliver(std::move(res)); },
@@ -69,6 +84,12 @@ std::vector<uint8_t> auth_mac(std::string_view token, std::string_view role,
     throw std::runtime_error("HMAC-SHA256 failed");
   out.resize(len);
   return out;
+}
+
+std::vector<uint8_t> session_key_of(std::string_view token,
+                                    const std::vector<uint8_t>& client_nonce,
+                                    const std::vector<uint8_t>& server_nonce) {
+  return auth_mac(token, session_role, client_nonce, server_nonce);
 }
 
 bool auth_equal(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -139,16 +160,23 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
             auth_mac(st.cfg.token, client_role, pending.client_nonce, proof.server_nonce);
         if (!auth_equal(proof.client_proof, expected))
           return refuse(node, "wrong token (the proof does not match the cluster token)");
-        if (auto s = st.sessions.find(node); s != st.sessions.end())
-          return s->second;
+        // A new handshake from the same node gets a new session with the
+        // new key; the old one closes.
+        if (auto s = st.sessions.find(node); s != st.sessions.end()) {
+          self->send_exit(s->second, caf::exit_reason::user_shutdown);
+          st.sessions.erase(s);
+          st.session_order.erase(std::find(st.session_order.begin(), st.session_order.end(), node));
+        }
         if (st.sessions.size() >= st.cfg.max_sessions) {
           auto oldest = st.session_order.front();
           st.session_order.pop_front();
           self->send_exit(st.sessions[oldest], caf::exit_reason::user_shutdown);
           st.sessions.erase(oldest);
         }
-        auto session = self->spawn<caf::linked>(session_impl, st.cfg.scheduler, node,
-                                                st.cfg.session_timeout, st.cfg.name);
+        auto session = self->spawn<caf::linked>(
+            session_impl, st.cfg.scheduler, node,
+            session_key_of(st.cfg.token, pending.client_nonce, proof.server_nonce),
+            st.cfg.session_timeout, st.cfg.name);
         st.sessions.emplace(node, session);
         st.session_order.push_back(node);
         LS_INFO("control plane {}: peer {} authenticated", st.cfg.name, to_string(node));
@@ -157,8 +185,8 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
   };
 }
 
-caf::expected<scheduler_actor> authenticate(caf::actor_system& sys, const gate_actor& gate,
-                                            const std::string& token, caf::timespan timeout) {
+caf::expected<auth_session> authenticate(caf::actor_system& sys, const gate_actor& gate,
+                                         const std::string& token, caf::timespan timeout) {
   caf::scoped_actor self{sys};
   auto client_nonce = auth_nonce();
   caf::error err;
@@ -188,7 +216,7 @@ caf::expected<scheduler_actor> authenticate(caf::actor_system& sys, const gate_a
     return err;
   if (!session)
     return make_error(lserr::unauthorized, "the prefill answered with no session");
-  return session;
+  return auth_session{std::move(session), session_key_of(token, client_nonce, ch.server_nonce)};
 }
 
 } // namespace layerstream

@@ -12,8 +12,13 @@
 // A challenge is good for exactly one proof, from the node that asked, within
 // challenge_ttl; at most max_pending challenges are kept (the oldest is
 // dropped). A session forwards transfer_info to the scheduler only from the
-// node that authenticated, and answers itself, so the scheduler's handle
-// never leaves the process and no unauthenticated peer can address it.
+// node that authenticated, carrying the session's key, and answers itself,
+// so the scheduler's handle never leaves the process and no unauthenticated
+// peer can address it. The node check alone is not enough: a BASP routed
+// message names its source node in its own header, so any client that
+// completes the plain BASP handshake could claim the decode's node id. The
+// key, HMAC(token, "session" + both nonces), is derived on both sides and
+// needs the token.
 // Limit: without [tls] (config/README.md) the control plane is plain text: the token is safe, but
 // an on-path attacker could still read or hijack an authenticated connection.
 #pragma once
@@ -83,12 +88,25 @@ struct gate_state {
 /// Sessions are linked to the gate: exiting the gate closes them.
 gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> self, gate_config cfg);
 
+/// The session's key: HMAC-SHA256(token, "layerstream-auth-v1 session" +
+/// client_nonce + server_nonce).
+std::vector<uint8_t> session_key_of(std::string_view token,
+                                    const std::vector<uint8_t>& client_nonce,
+                                    const std::vector<uint8_t>& server_nonce);
+
+/// What decode gets from a handshake: the session, and the key every
+/// transfer_info sent to it must carry (transfer_info::session_key).
+struct auth_session {
+  scheduler_actor session;
+  std::vector<uint8_t> key;
+};
+
 /// Decode side: runs the handshake with `gate` (each step bounded by
 /// `timeout`) and returns the session to send transfer_info to. Fails with
 /// lserr::unauthorized when the gate refuses us or cannot prove the token
 /// itself (then nothing about this node's fabric has been sent), or with the
 /// request's error (timeout, peer gone).
-caf::expected<scheduler_actor> authenticate(caf::actor_system& sys, const gate_actor& gate,
-                                            const std::string& token, caf::timespan timeout);
+caf::expected<auth_session> authenticate(caf::actor_system& sys, const gate_actor& gate,
+                                         const std::string& token, caf::timespan timeout);
 
 } // namespace layerstream

@@ -79,7 +79,8 @@ void prefill_node::stop() {
 
 caf::expected<std::unique_ptr<decode_node>>
 decode_node::start(caf::actor_system& sys, const deployment_config& cfg,
-                   std::vector<scheduler_actor> prefill) {
+                   std::vector<scheduler_actor> prefill,
+                   std::vector<std::vector<uint8_t>> session_keys) {
   auto node = std::make_unique<decode_node>();
   auto pool = kv_pool::create(cfg.model, cfg.decode.pool_pages);
   if (!pool)
@@ -95,8 +96,10 @@ decode_node::start(caf::actor_system& sys, const deployment_config& cfg,
   node->target = std::move(*target);
   decode_pool dp{node->pool.get(), node->target->peer()};
   page_allocator pages{node->pool->pages(), cfg.workload.seed, cfg.workload.fragmentation};
+  auto rcfg = make_receiver_config(cfg);
+  rcfg.session_keys = std::move(session_keys);
   node->receiver =
-      sys.spawn(receiver_impl, dp, std::move(pages), std::move(prefill), make_receiver_config(cfg));
+      sys.spawn(receiver_impl, dp, std::move(pages), std::move(prefill), std::move(rcfg));
   return node;
 }
 

@@ -56,7 +56,8 @@ struct decode_node {
   receiver_actor receiver;
 
   static caf::expected<std::unique_ptr<decode_node>>
-  start(caf::actor_system& sys, const deployment_config& cfg, std::vector<scheduler_actor> prefill);
+  start(caf::actor_system& sys, const deployment_config& cfg, std::vector<scheduler_actor> prefill,
+        std::vector<std::vector<uint8_t>> session_keys = {});
   void stop();
 };
 

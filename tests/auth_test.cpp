@@ -80,12 +80,46 @@ TEST(AuthMac, DependsOnTokenRoleAndBothNonces) {
 TEST_F(AuthTest, TheRightTokenGetsASessionThatReachesTheScheduler) {
   auto session = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
+  EXPECT_EQ(session->key.size(), 32u);
   kv_ready got;
-  self->request(*session, timeout, transfer_info{42, 16, {}, {}, {}, {}, {}, 1})
+  self->request(session->session, timeout,
+                transfer_info{42, 16, {}, {}, {}, {}, {}, 1, session->key})
       .receive([&](kv_ready& k) { got = k; }, [&](caf::error& e) { ADD_FAILURE() << describe(e); });
   EXPECT_EQ(got.room, 42u);
   EXPECT_EQ(got.cp_rank, 7u);
   EXPECT_EQ(got.bytes, 420u);
+}
+
+// What a forged BASP routed message amounts to: the right session, from the
+// authenticated node (the node is what a forger can claim), without the key.
+TEST_F(AuthTest, ASessionRefusesTransferInfoWithoutItsKeyEvenFromItsOwnNode) {
+  auto session = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(session) << describe(session.error());
+  auto wrong = session->key;
+  wrong[0] ^= 1;
+  for (const auto& key : {std::vector<uint8_t>{}, wrong}) {
+    caf::error err;
+    self->request(session->session, timeout, transfer_info{43, 16, {}, {}, {}, {}, {}, 1, key})
+        .receive([](kv_ready&) { ADD_FAILURE() << "forwarded without the session's key"; },
+                 [&](caf::error& e) { err = e; });
+    EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
+  }
+}
+
+TEST_F(AuthTest, ANewHandshakeFromTheSameNodeReplacesTheSessionAndItsKey) {
+  auto first = authenticate(sys, gate, token, timeout);
+  auto second = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(first && second);
+  EXPECT_NE(first->key, second->key) << "fresh nonces give a fresh key";
+  caf::error err;
+  self->request(second->session, timeout, transfer_info{44, 16, {}, {}, {}, {}, {}, 1, first->key})
+      .receive([](kv_ready&) { ADD_FAILURE() << "the old key still works"; },
+               [&](caf::error& e) { err = e; });
+  EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
+  kv_ready got;
+  self->request(second->session, timeout, transfer_info{45, 16, {}, {}, {}, {}, {}, 1, second->key})
+      .receive([&](kv_ready& k) { got = k; }, [&](caf::error& e) { ADD_FAILURE() << describe(e); });
+  EXPECT_EQ(got.room, 45u);
 }
 
 TEST_F(AuthTest, AWrongTokenIsRefusedOnBothSides) {
@@ -138,7 +172,7 @@ TEST_F(AuthTest, AHelloWithAShortNonceIsRefused) {
 TEST_F(AuthTest, TransferInfoStraightToTheGateNeverReachesTheScheduler) {
   caf::error err;
   auto untyped = caf::actor_cast<caf::actor>(gate);
-  self->request(untyped, timeout, transfer_info{1, 16, {}, {}, {}, {}, {}, 1})
+  self->request(untyped, timeout, transfer_info{1, 16, {}, {}, {}, {}, {}, 1, {}})
       .receive([](kv_ready&) { ADD_FAILURE() << "the gate forwarded an unauthenticated request"; },
                [&](caf::error& e) { err = e; });
   EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);

@@ -123,7 +123,8 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(finish_result{5, make_error(lserr::timeout, "late"), 2, 99});
   round_trip(finish_result{5, make_error(lserr::missing_layer, "2 layers"), 1, 98, {0, 3}});
   round_trip(finish_deadline{5});
-  round_trip(transfer_info{42, 1000, some_peer(), {9, 8, 7}, {1, 2}, {3, 4}, {64, 64, 32, 32}, 2});
+  round_trip(transfer_info{
+      42, 1000, some_peer(), {9, 8, 7}, {1, 2}, {3, 4}, {64, 64, 32, 32}, 2, {0xab, 0xcd}});
   round_trip(kv_ready{42, 1, make_error(lserr::peer_lost, "rank 1 lost"), 7});
   round_trip(batch_done{3, -1, 1ll << 62, {120, 95}, {}});
   round_trip(
@@ -160,14 +161,14 @@ CAF_TEST(a 5 - byte hostile length is refused with an error instead of allocatin
   CAF_MESSAGE(describe(err));
   CAF_CHECK_LESS(largest, size_t{1} << 16);
   // The same nested: a transfer_info's fabric address.
-  std::vector<char> bytes = encode(transfer_info{42, 7, {}, {}, {}, {}, {}, 1});
+  std::vector<char> bytes = encode(transfer_info{42, 7, {}, {}, {}, {}, {}, 1, {}});
   bytes.resize(8 + 8 + 1); // room, prompt_tokens, the peer's provider (empty); then its address
   append(bytes, hostile_length);
   err = decode<transfer_info>(bytes, largest);
   CAF_CHECK(is(err, lserr::bad_input));
   CAF_CHECK_LESS(largest, size_t{1} << 16);
   // A sequence of 64-bit values claiming more elements than bytes are left.
-  bytes = encode(transfer_info{42, 7, {}, {}, {}, {}, {}, 1});
+  bytes = encode(transfer_info{42, 7, {}, {}, {}, {}, {}, 1, {}});
   bytes.resize(8 + 8 + 1 + 1 + 1); // ... empty address, empty regions; then dst_pages
   append(bytes, hostile_length);
   err = decode<transfer_info>(bytes, largest);
