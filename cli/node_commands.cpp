@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -260,8 +261,18 @@ network_scope scope_of(const deployment_config& cfg) {
   return cfg.cluster.network == "deployment" ? network_scope::deployment : network_scope::test;
 }
 
-void apply_log_level(const deployment_config& cfg, const std::optional<std::string>& flag) {
-  log::set_level(flag ? *flag : cfg.log.level);
+/// The flag is already in cfg.log.level (each command's load() override), so
+/// validate_for() has refused an unknown level with exit 2 before this runs.
+void apply_log_level(const deployment_config& cfg) {
+  log::set_level(cfg.log.level);
+}
+
+/// The load() override of `--log-level`, for the commands with no other flags.
+std::function<void(deployment_config&)> log_level_flag(const std::optional<std::string>& flag) {
+  return [flag](deployment_config& c) {
+    if (flag)
+      c.log.level = *flag;
+  };
 }
 
 } // namespace
@@ -293,7 +304,7 @@ int run_demo(const demo_options& opts) {
   });
   if (!cfg)
     return 2;
-  apply_log_level(*cfg, opts.log_level);
+  apply_log_level(*cfg);
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "demo"))
     return 2;
   std::shared_ptr<trace_recorder> trace;
@@ -350,7 +361,7 @@ int run_soak(const soak_options& opts) {
   });
   if (!cfg)
     return 2;
-  apply_log_level(*cfg, opts.log_level);
+  apply_log_level(*cfg);
   if (!address_ok(check_local_address(cfg->fabric.bind_address), "bench soak"))
     return 2;
   system_config scfg{*cfg, false};
@@ -437,12 +448,12 @@ int run_soak(const soak_options& opts) {
 }
 
 int run_prefill(const std::string& config_path, std::optional<std::string> log_level) {
-  auto cfg = load(config_path, config_role::prefill);
+  auto cfg = load(config_path, config_role::prefill, log_level_flag(log_level));
   if (!cfg)
     return 2;
   if (!tls_ready(*cfg, "prefill"))
     return 2;
-  apply_log_level(*cfg, log_level);
+  apply_log_level(*cfg);
   // Where this process may bind, checked before any socket or endpoint opens.
   if (!address_ok(check_bind(cfg->prefill.host, scope_of(*cfg)), "prefill") ||
       !address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "prefill"))
@@ -510,12 +521,12 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
 
 int run_decode(const std::string& config_path, std::optional<std::string> log_level,
                const std::string& json_path, bool with_digest) {
-  auto cfg = load(config_path, config_role::decode);
+  auto cfg = load(config_path, config_role::decode, log_level_flag(log_level));
   if (!cfg)
     return 2;
   if (!tls_ready(*cfg, "decode"))
     return 2;
-  apply_log_level(*cfg, log_level);
+  apply_log_level(*cfg);
   // Where this process may bind and connect, checked before any socket opens.
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode"))
     return 2;

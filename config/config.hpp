@@ -53,8 +53,9 @@ struct fabric_section {
   /// Address the fabric endpoint binds to (IP providers).
   std::string bind_address = "127.0.0.1";
   /// Most blocks of one room one write carries (fi_writemsg iov pairs);
-  /// 0 = the provider's limit (4 for tcp, net and shm, 8 for sockets), 1 = a
-  /// write per block. Larger than the provider's limit is capped to it.
+  /// 0 = the provider's limit (4 for tcp and net, 8 for sockets; shm is
+  /// always 1, see transport/fabric/endpoint.cpp), 1 = a write per block.
+  /// Larger than the provider's limit is capped to it.
   uint32_t write_iov = 0;
 };
 

@@ -260,10 +260,13 @@ void check_unknown_keys(const toml::table& root, const std::string& file) {
         if (auto near = closest(tname, table_names); !near.empty())
           hint = "; did you mean [" + near + "]?";
       }
+      // The list comes from visit_fields, so it cannot miss a table.
+      std::string listed;
+      for (const auto& t : table_names)
+        listed += (listed.empty() ? "" : ", ") + t;
       refuse(file, tname,
              std::string{node.is_table() ? "unknown table" : "unknown top-level key"} + hint +
-                 " (tables: model, transfer, fabric, timeouts, prefill, decode, workload, "
-                 "cluster, log)",
+                 " (tables: " + listed + ")",
              line_of(name.source()));
     }
     const auto* tbl = node.as_table();
@@ -513,11 +516,22 @@ bool contains(const Range& names, std::string_view s) {
                      [&](std::string_view n) { return n == s; });
 }
 
+/// Longest duration any key may hold. Far above any sane timeout, and far
+/// enough below 2^63 ns that the sums the nodes form (2 * room_ms + submit_ms,
+/// a deadline from now) cannot overflow into a negative timeout.
+constexpr std::chrono::hours max_duration{24};
+
+/// A duration key: > 0 and at most max_duration, in the key's own unit.
 template <class Rep, class Period>
-void check_positive(const std::string& file, const char* key,
+void check_duration(const std::string& file, const char* key,
                     std::chrono::duration<Rep, Period> d) {
   if (d.count() <= 0)
     refuse(file, key, "must be positive, got " + std::to_string(d.count()));
+  const auto most = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(max_duration);
+  if (d > most)
+    refuse(file, key,
+           "must be at most " + std::to_string(most.count()) + " (1 day), got " +
+               std::to_string(d.count()));
 }
 
 /// [tls]: all three paths or none.
@@ -580,7 +594,7 @@ void check_general(const deployment_config& c, const std::string& file) {
                              uint64_t{m.head_dim} * m.dtype_bytes, &item_len))
     refuse(file, "model",
            "page_size * kv_heads * head_dim * dtype_bytes (bytes of one page) passes 2^64");
-  check_positive(file, "model.layer_compute_us", m.layer_compute);
+  check_duration(file, "model.layer_compute_us", m.layer_compute);
 
   const auto& t = c.transfer;
   if (t.chunk_tokens % m.page_size != 0)
@@ -589,6 +603,10 @@ void check_general(const deployment_config& c, const std::string& file) {
                std::to_string(t.chunk_tokens));
   if (t.max_batch == 0)
     refuse(file, "transfer.max_batch", "must be at least 1, got 0");
+  if (t.notify_poll.count() < 0)
+    refuse(file, "transfer.notify_poll_us",
+           "must not be negative (0 = no drain thread), got " +
+               std::to_string(t.notify_poll.count()));
   // Longer than a layer's compute would hold every layer_end back by a layer.
   if (t.notify_poll > std::chrono::microseconds(10'000))
     refuse(file, "transfer.notify_poll_us",
@@ -609,10 +627,18 @@ void check_general(const deployment_config& c, const std::string& file) {
            "must be at most 64 (0 = the provider's limit, 1 = a write per block), got " +
                std::to_string(c.fabric.write_iov));
 
-  check_positive(file, "timeouts.submit_ms", c.timeouts.submit);
-  check_positive(file, "timeouts.room_ms", c.timeouts.room);
-  check_positive(file, "timeouts.heartbeat_ms", c.timeouts.heartbeat);
-  check_positive(file, "timeouts.connection_ms", c.timeouts.connection);
+  check_duration(file, "timeouts.submit_ms", c.timeouts.submit);
+  check_duration(file, "timeouts.room_ms", c.timeouts.room);
+  check_duration(file, "timeouts.heartbeat_ms", c.timeouts.heartbeat);
+  check_duration(file, "timeouts.connection_ms", c.timeouts.connection);
+  // caf-io drops a peer it has not heard from for connection_ms: with fewer
+  // than two heartbeats in that window, one late heartbeat drops a live peer.
+  if (c.timeouts.heartbeat * 2 > c.timeouts.connection)
+    refuse(file, "timeouts.heartbeat_ms",
+           "must be at most half of timeouts.connection_ms (" +
+               std::to_string(c.timeouts.connection.count()) + "), got " +
+               std::to_string(c.timeouts.heartbeat.count()) +
+               ": a quiet but live peer would be dropped between heartbeats");
 
   const auto& cl = c.cluster;
   if (cl.cp_size == 0 || cl.cp_size > max_cp_size)
@@ -653,6 +679,14 @@ void check_general(const deployment_config& c, const std::string& file) {
     if (auto why = check_endpoint(c.decode.prefill[i]); !why.empty())
       refuse(file, "decode.prefill[" + std::to_string(i) + "]",
              "expected \"host:port\", got " + quoted(c.decode.prefill[i]) + ": " + why);
+  // One entry per CP rank: a repeated endpoint would connect to one rank twice
+  // and leave another rank's slice of every room unwritten.
+  for (size_t i = 0; i < c.decode.prefill.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (c.decode.prefill[i] == c.decode.prefill[j])
+        refuse(file, "decode.prefill[" + std::to_string(i) + "]",
+               "duplicate of decode.prefill[" + std::to_string(j) + "] (" +
+                   quoted(c.decode.prefill[i]) + "): each prefill rank is listed once");
 
   const auto& w = c.workload;
   if (w.rooms == 0)
@@ -808,6 +842,14 @@ config_result load_config_string(std::string_view toml_text, std::string name) {
 }
 
 config_result load_config_file(const std::string& path) {
+  // A directory opens and reads as 0 bytes, which would load as the defaults;
+  // a FIFO or device could block. Only a regular file is a config.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return config_error{path, "", std::string{"cannot open: "} + std::strerror(errno)};
+  if (!S_ISREG(st.st_mode))
+    return config_error{
+        path, "", S_ISDIR(st.st_mode) ? "not a regular file (a directory)" : "not a regular file"};
   std::ifstream in{path, std::ios::binary};
   if (!in)
     return config_error{path, "", std::string{"cannot open: "} + std::strerror(errno)};

@@ -1,13 +1,15 @@
 // The config loader: every shipped file, the embedded default, one case per
-// class of bad input, and the to_toml round trip.
+// class of bad input, the to_toml round trip, and the CLI flags that feed it.
 #include "config/loader.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.hpp"
@@ -163,6 +165,24 @@ TEST(ConfigFiles, TheEmbeddedDefaultIsExactlyDemoToml) {
   EXPECT_EQ(std::string{embedded_demo_config()}, read_text(config_dir / "demo.toml"));
 }
 
+// run_workload (node/nodes.cpp) opens every room at once and the receiver
+// refuses a room that finds no free pages, so a shipped file whose rooms do not
+// all fit could never finish. Checked on the shipped files only: a workload
+// larger than its pool is a legitimate test of that refusal.
+TEST(ConfigFiles, EveryShippedWorkloadFitsItsDecodePoolAtOnce) {
+  for (const auto& path : shipped_files()) {
+    SCOPED_TRACE(path.string());
+    auto role = role_of(path.filename().string());
+    if (role == config_role::prefill)
+      continue;
+    auto cfg = load_ok(path);
+    uint64_t pages_per_room =
+        (cfg.workload.max_tokens + cfg.model.page_size - 1) / cfg.model.page_size;
+    EXPECT_LE(uint64_t{cfg.workload.rooms} * pages_per_room, cfg.decode.pool_pages)
+        << cfg.workload.rooms << " rooms of up to " << pages_per_room << " pages";
+  }
+}
+
 TEST(ConfigFiles, TheEmbeddedDefaultIsASmallLoopbackDemo) {
   auto cfg = parse_ok(embedded_demo_config());
   EXPECT_FALSE(validate_for(cfg, config_role::demo).has_value());
@@ -187,12 +207,12 @@ TEST(ConfigLoader, KeysLeftOutKeepTheirDefaults) {
 
 TEST(ConfigLoader, DurationsAreReadInTheUnitTheKeyNames) {
   auto cfg = parse_ok("[model]\nlayer_compute_us = 250\n[timeouts]\nsubmit_ms = 7\n"
-                      "room_ms = 8\nheartbeat_ms = 9\nconnection_ms = 10\n");
+                      "room_ms = 8\nheartbeat_ms = 9\nconnection_ms = 20\n");
   EXPECT_EQ(cfg.model.layer_compute, std::chrono::microseconds{250});
   EXPECT_EQ(cfg.timeouts.submit, std::chrono::milliseconds{7});
   EXPECT_EQ(cfg.timeouts.room, std::chrono::milliseconds{8});
   EXPECT_EQ(cfg.timeouts.heartbeat, std::chrono::milliseconds{9});
-  EXPECT_EQ(cfg.timeouts.connection, std::chrono::milliseconds{10});
+  EXPECT_EQ(cfg.timeouts.connection, std::chrono::milliseconds{20});
 }
 
 TEST(ConfigLoader, FragmentationMayBeWrittenAsAnInteger) {
@@ -224,6 +244,22 @@ TEST(ConfigLoader, AFileThatDoesNotExistIsRefusedNamingIt) {
   ASSERT_NE(err, nullptr);
   EXPECT_EQ(err->file, "/nonexistent/x.toml");
   EXPECT_NE(err->reason.find("cannot open"), std::string::npos);
+}
+
+TEST(ConfigLoader, AConfigPathThatIsNotARegularFileIsRefused) {
+  // A directory reads as 0 bytes: without the check it loaded as the defaults.
+  auto dir = fs::temp_directory_path() / ("ls-config-dir-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto res = load_config_file(dir.string());
+  fs::remove_all(dir);
+  auto* err = std::get_if<config_error>(&res);
+  ASSERT_NE(err, nullptr) << "a directory loaded as a config";
+  EXPECT_EQ(err->file, dir.string());
+  EXPECT_NE(err->reason.find("not a regular file"), std::string::npos) << err->to_string();
+  res = load_config_file("/dev/null");
+  err = std::get_if<config_error>(&res);
+  ASSERT_NE(err, nullptr) << "/dev/null loaded as a config";
+  EXPECT_NE(err->reason.find("not a regular file"), std::string::npos) << err->to_string();
 }
 
 // --- config_error ------------------------------------------------------------
@@ -283,6 +319,12 @@ TEST(ConfigLoader, AnUnknownTableIsRefusedWithASuggestion) {
 
 TEST(ConfigLoader, AnUnrelatedUnknownTableIsRefused) {
   expect_refused("[gpu]\nid = 0\n", "gpu", "unknown table");
+}
+
+TEST(ConfigLoader, AnUnknownTableErrorListsEveryTable) {
+  expect_refused("[gpu]\nid = 0\n", "gpu",
+                 "(tables: model, transfer, fabric, timeouts, prefill, decode, workload, "
+                 "cluster, tls, log)");
 }
 
 TEST(ConfigLoader, AnUnknownKeyIsRefusedWithASuggestion) {
@@ -412,6 +454,8 @@ TEST(ConfigLoader, NotifyPollIsReadAndBounded) {
   EXPECT_EQ(parse_ok("[transfer]\nnotify_poll_us = 0\n").transfer.notify_poll.count(), 0);
   expect_refused("[transfer]\nnotify_poll_us = 20000\n", "transfer.notify_poll_us",
                  "must be at most 10000");
+  expect_refused("[transfer]\nnotify_poll_us = -1\n", "transfer.notify_poll_us",
+                 "must not be negative");
 }
 
 TEST(ConfigLoader, WriteIovIsReadAndBounded) {
@@ -507,6 +551,35 @@ TEST(ConfigLoader, AZeroOrNegativeDurationIsRefused) {
   expect_refused("[timeouts]\nconnection_ms = -1\n", "timeouts.connection_ms", "must be positive");
 }
 
+TEST(ConfigLoader, ADurationLongerThanADayIsRefused) {
+  // Unbounded, 2^63 - 1 ms overflowed to a negative timeout in nanoseconds.
+  for (const char* key : {"submit_ms", "room_ms", "heartbeat_ms", "connection_ms"}) {
+    SCOPED_TRACE(key);
+    expect_refused(std::string{"[timeouts]\n"} + key + " = 86400001\n",
+                   std::string{"timeouts."} + key, "must be at most 86400000 (1 day)");
+    expect_refused(std::string{"[timeouts]\n"} + key + " = 9223372036854775807\n",
+                   std::string{"timeouts."} + key, "1 day");
+  }
+  expect_refused("[model]\nlayer_compute_us = 86400000001\n", "model.layer_compute_us",
+                 "must be at most 86400000000 (1 day)");
+  auto cfg = parse_ok("[model]\nlayer_compute_us = 86400000000\n[timeouts]\nsubmit_ms = 86400000\n"
+                      "room_ms = 86400000\nheartbeat_ms = 43200000\nconnection_ms = 86400000\n");
+  // The longest sum a node forms (the gate's session timeout) stays positive in ns.
+  auto session = 2 * cfg.timeouts.room + cfg.timeouts.submit;
+  EXPECT_GT(std::chrono::duration_cast<std::chrono::nanoseconds>(session).count(), 0);
+}
+
+TEST(ConfigLoader, AHeartbeatNotWellBelowTheConnectionTimeoutIsRefused) {
+  expect_refused("[timeouts]\nheartbeat_ms = 2000\nconnection_ms = 3000\n", "timeouts.heartbeat_ms",
+                 "must be at most half of timeouts.connection_ms (3000), got 2000: a quiet but "
+                 "live peer would be dropped between heartbeats");
+  expect_refused("[timeouts]\nconnection_ms = 400\n", "timeouts.heartbeat_ms", "got 500");
+  auto cfg = parse_ok("[timeouts]\nheartbeat_ms = 1500\nconnection_ms = 3000\n");
+  EXPECT_EQ(cfg.timeouts.heartbeat, std::chrono::milliseconds{1500});
+  EXPECT_TRUE(deployment_config{}.timeouts.heartbeat * 2 <=
+              deployment_config{}.timeouts.connection);
+}
+
 TEST(ConfigLoader, APrefillEndpointWithoutAPortIsRefused) {
   expect_refused("[decode]\nprefill = [\"127.0.0.1\"]\n", "decode.prefill[0]", "missing \":port\"");
 }
@@ -525,6 +598,19 @@ TEST(ConfigLoader, APrefillEndpointWithoutAHostIsRefused) {
 
 TEST(ConfigLoader, AnUnbracketedIpv6EndpointIsRefused) {
   expect_refused("[decode]\nprefill = [\"::1:7001\"]\n", "decode.prefill[0]", "[addr]:port");
+}
+
+TEST(ConfigLoader, APrefillEndpointListedTwiceIsRefused) {
+  expect_refused("[decode]\nprefill = [\"127.0.0.1:7001\", \"127.0.0.1:7001\"]\n",
+                 "decode.prefill[1]", "duplicate of decode.prefill[0] (\"127.0.0.1:7001\")");
+  auto res = load_config_string("[decode]\nprefill = [\n  \"a:1\",\n  \"b:2\",\n  \"a:1\",\n]\n",
+                                "bad.toml");
+  ASSERT_TRUE(std::holds_alternative<config_error>(res));
+  EXPECT_EQ(std::get<config_error>(res).line, 5u);
+  auto cfg = valid_config();
+  cfg.cluster.cp_size = 2;
+  cfg.decode.prefill = {"127.0.0.1:7001", "127.0.0.1:7001"};
+  expect_invalid(cfg, config_role::decode, "decode.prefill[1]", "duplicate");
 }
 
 // --- role requirements (validate_for) ----------------------------------------
@@ -750,4 +836,59 @@ TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
   b = a;
   b.cluster.token += "x"; // redacted in print, still compared
   EXPECT_FALSE(same_config(a, b));
+}
+
+// --- CLI flags (the layerstream binary) --------------------------------------
+
+namespace {
+
+struct run_result {
+  int exit_code = -1;
+  std::string output;
+};
+
+/// Runs `layerstream <args>` (stdout and stderr together), bounded by `timeout 20`.
+run_result run_cli(const std::string& args) {
+  run_result res;
+  std::string cmd = std::string{"timeout 20 '"} + LAYERSTREAM_BIN + "' " + args + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr)
+    return res;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), pipe))
+    res.output.append(buf, n);
+  int status = ::pclose(pipe);
+  if (WIFEXITED(status))
+    res.exit_code = WEXITSTATUS(status);
+  return res;
+}
+
+} // namespace
+
+TEST(ConfigCli, AnUnknownLogLevelFlagIsRefusedByEveryCommand) {
+  // prefill and decode ignored set_level's false and ran at the file's level.
+  // Valid for both roles; nothing listens on 127.0.0.1:1, and 1 is privileged,
+  // so without the check each command fails fast with another reason.
+  auto dir = fs::temp_directory_path() / ("ls-config-cli-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream{dir / "node.toml"} << "[timeouts]\nheartbeat_ms = 100\nconnection_ms = 300\n"
+                                      "[prefill]\nport = 1\n"
+                                      "[decode]\nprefill = [\"127.0.0.1:1\"]\n"
+                                      "[workload]\nrooms = 1\n"
+                                      "[cluster]\ntoken = \"0123456789abcdef-test-token\"\n";
+  const std::string config = "--config '" + (dir / "node.toml").string() + "'";
+  for (const char* command : {"demo", "prefill", "decode"}) {
+    SCOPED_TRACE(command);
+    auto res = run_cli(std::string{command} + " " + config + " --log-level loud");
+    EXPECT_EQ(res.exit_code, 2) << res.output;
+    EXPECT_NE(res.output.find("log.level: unknown level \"loud\""), std::string::npos)
+        << res.output;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ConfigCli, AConfigDirectoryIsRefusedWithExitTwo) {
+  auto res = run_cli("demo --config " + fs::temp_directory_path().string());
+  EXPECT_EQ(res.exit_code, 2) << res.output;
+  EXPECT_NE(res.output.find("not a regular file"), std::string::npos) << res.output;
 }
