@@ -19,8 +19,12 @@
 // kv_ready error, a request error or timeout, a prefill scheduler going
 // down) fails the room with a reason naming the rank. A failed room's pages
 // return to the allocator only once every rank's request has settled
-// (answered or timed out), so a late write never lands in a reused page; a
-// complete room's pages return on close_room. Every prefill scheduler is
+// (answered or timed out), so a write of a rank that is still working on the
+// room does not land in a reused page; a complete room's pages return on
+// close_room. Known limit (README.md, "Known limits"): a write the prefill
+// engine already handed to its provider when a deadline passed (its own
+// write deadline, or this room_timeout) can still land later if the link or
+// this process was stalled, not dead; nothing here revokes it. Every prefill scheduler is
 // monitored; once one is down, its waiting rooms fail and new rooms fail at
 // once.
 //
