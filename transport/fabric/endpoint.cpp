@@ -115,7 +115,16 @@ void endpoint::pin_interface(const char* iface) {
     setenv(var, iface, /*overwrite=*/0);
 }
 
-endpoint::~endpoint() = default;
+// Close order as fabtests' ft_close_fids: the endpoint before its memory
+// registrations (a provider may still touch an MR for work queued on the
+// endpoint), except where MRs are bound to the endpoint (FI_MR_ENDPOINT),
+// which close first. The remaining members then close in reverse
+// declaration order.
+endpoint::~endpoint() {
+  if ((mr_mode_ & FI_MR_ENDPOINT) == 0)
+    ep_.reset();
+  mrs_.clear();
+}
 
 caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg) {
   // Loopback binds stay on lo; must happen before the process's first fi_getinfo.

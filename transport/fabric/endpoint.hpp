@@ -145,7 +145,8 @@ class endpoint {
  private:
   endpoint() = default;
 
-  // Declaration order = open order; destruction closes in reverse.
+  // Declaration order = open order; destruction closes in reverse, except
+  // that ~endpoint closes ep_ before mrs_ (endpoint.cpp says why).
   std::unique_ptr<fi_info, info_deleter> info_;
   fid_ptr<fid_fabric> fabric_;
   fid_ptr<fid_domain> domain_;
