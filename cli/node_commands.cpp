@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -265,6 +266,16 @@ network_scope scope_of(const deployment_config& cfg) {
 /// validate_for() has refused an unknown level with exit 2 before this runs.
 void apply_log_level(const deployment_config& cfg) {
   log::set_level(cfg.log.level);
+}
+
+/// "host:port" or "[v6addr]:port" (config-checked) as the host CAF and the
+/// net guard take (no brackets) and the port.
+std::pair<std::string, uint16_t> split_endpoint(const std::string& endpoint) {
+  auto colon = endpoint.rfind(':');
+  auto host = endpoint.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return {host, static_cast<uint16_t>(std::stoul(endpoint.substr(colon + 1)))};
 }
 
 /// The load() override of `--log-level`, for the commands with no other flags.
@@ -531,7 +542,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode"))
     return 2;
   for (auto& endpoint : cfg->decode.prefill) {
-    auto host = endpoint.substr(0, endpoint.rfind(':'));
+    auto host = split_endpoint(endpoint).first;
     if (!address_ok(check_connect(host, scope_of(*cfg)), "decode"))
       return 2;
   }
@@ -540,9 +551,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
   std::vector<scheduler_actor> schedulers;
   std::vector<std::vector<uint8_t>> session_keys; // one per rank, as schedulers
   for (auto& endpoint : cfg->decode.prefill) {
-    auto colon = endpoint.rfind(':');
-    auto host = endpoint.substr(0, colon);
-    auto port = static_cast<uint16_t>(std::stoul(endpoint.substr(colon + 1)));
+    auto [host, port] = split_endpoint(endpoint);
     // The prefill ranks may still be starting: retry until the connection timeout.
     auto deadline = std::chrono::steady_clock::now() + cfg->timeouts.connection;
     for (;;) {

@@ -129,6 +129,15 @@ ROOM_MS=${ROOM_MS:-10000}
 HEARTBEAT_MS=${HEARTBEAT_MS:-200}
 CONNECTION_MS=${CONNECTION_MS:-2000}
 CORRUPT_ROOMS=${CORRUPT_ROOMS:-}
+# The prefill ranks' control-plane address (decode writes an IPv6 one as
+# "[addr]:port"); the fabric stays on 127.0.0.1.
+CONTROL_HOST=${CONTROL_HOST:-127.0.0.1}
+control_endpoint() { # PORT
+  case "$CONTROL_HOST" in
+    *:*) printf '[%s]:%s' "$CONTROL_HOST" "$1" ;;
+    *) printf '%s:%s' "$CONTROL_HOST" "$1" ;;
+  esac
+}
 # The cluster token (control-plane authentication); DECODE_TOKEN lets a test
 # give the decode a different one.
 TOKEN=${TOKEN:-process-test-token-$$-$RANDOM}
@@ -180,7 +189,7 @@ per_layer = true
 max_batch = $MAX_BATCH
 
 [prefill]
-host = "127.0.0.1"
+host = "$CONTROL_HOST"
 port = $3
 cp_rank = $2
 pool_pages = $POOL_PAGES
@@ -196,7 +205,7 @@ write_decode_config() {
   local file=$1
   shift
   local list="" p
-  for p in "$@"; do list+="${list:+, }\"127.0.0.1:$p\""; done
+  for p in "$@"; do list+="${list:+, }\"$(control_endpoint "$p")\""; done
   { common_toml "$DECODE_TOKEN"; tls_toml "$DECODE_TLS"; cat <<EOF
 
 [decode]

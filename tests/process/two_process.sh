@@ -8,6 +8,9 @@ ROOMS=${ROOMS:-12}
 source "$(dirname "$0")/lib.sh" "$@"
 
 require_provider "$PROVIDER"
+if [[ "$CONTROL_HOST" == *:* ]] && ! ip -6 addr show dev lo 2>/dev/null | grep -q "inet6 $CONTROL_HOST/"; then
+  skip "no $CONTROL_HOST on lo (IPv6 off here)"
+fi
 start_prefill 0 PF_PID PF_PORT
 t=$(now)
 start_decode decode "$PF_PORT"
