@@ -3,6 +3,9 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
+#include <chrono>
+
 #include "common/deadlines.hpp"
 #include "common/log.hpp"
 
@@ -69,6 +72,29 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
 }
 
 void try_start_batch(self_ptr self);
+
+/// Why a queued room must not start another chunk, if it must not: decode
+/// fails the room and may reuse its pages timeouts.room after it asked, so a
+/// chunk starts only while at least one write deadline (timeouts.submit, and
+/// never less than half the room's time) is left for its writes.
+caf::error expired(const scheduler_state& st, const prefill_room& rs,
+                   std::chrono::steady_clock::time_point now) {
+  const auto& t = st.cfg.timeouts;
+  const auto room = std::chrono::duration_cast<std::chrono::steady_clock::duration>(t.room);
+  const auto submit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(t.submit);
+  const auto start_by = rs.arrived + std::max(room - submit, room / 2);
+  if (now <= start_by)
+    return caf::none;
+  auto ms = [](auto d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+  return make_error(lserr::timeout, "room waited " + ms(now - rs.arrived) +
+                                        " ms for a forward (next token " +
+                                        std::to_string(rs.next_token) +
+                                        "); too late to start writing before "
+                                        "decode's timeouts.room (" +
+                                        ms(room) + " ms) ends: not started");
+}
 
 /// A room's chunk of batch `batch_id` finished its transfer.
 void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error status,
@@ -294,6 +320,10 @@ void try_start_batch(self_ptr self) {
     if (i == st.rooms.end() || i->second.busy)
       continue;
     auto& rs = i->second;
+    if (auto late = expired(st, rs, std::chrono::steady_clock::now())) {
+      settle_room(self, room, std::move(late));
+      continue;
+    }
     const auto total = rs.info.prompt_tokens;
     const auto chunk = st.cfg.transfer.chunk_tokens == 0 ? total : st.cfg.transfer.chunk_tokens;
     const auto first = rs.next_token;
@@ -377,6 +407,7 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   rs.owned = *owned;
   rs.per_layer =
       st.cfg.transfer.per_layer && info.prompt_tokens >= st.cfg.transfer.per_layer_min_tokens;
+  rs.arrived = std::chrono::steady_clock::now();
   rs.promise = rp;
   rs.info = std::move(info);
   auto peer = rs.info.decode;
