@@ -19,12 +19,11 @@
 // kv_ready error, a request error or timeout, a prefill scheduler going
 // down) fails the room with a reason naming the rank. A failed room's pages
 // return to the allocator only once every rank's request has settled
-// (answered or timed out), so a write of a rank that is still working on the
-// room does not land in a reused page; a complete room's pages return on
-// close_room. Known limit (README.md, "Known limits"): a write the prefill
-// engine already handed to its provider when a deadline passed (its own
-// write deadline, or this room_timeout) can still land later if the link or
-// this process was stalled, not dead; nothing here revokes it. Every prefill scheduler is
+// (answered or timed out); a complete room's pages return on close_room.
+// Known limit (README.md, "Known limits"): a timed-out request settles too,
+// and nothing tells the prefill rank to stop, so a write of that room still
+// queued or in flight there (or one its engine gave up on at its own
+// deadline, on a stalled link) can land in a page given to another room. Every prefill scheduler is
 // monitored; once one is down, its waiting rooms fail and new rooms fail at
 // once.
 //

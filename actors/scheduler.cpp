@@ -75,25 +75,30 @@ void try_start_batch(self_ptr self);
 
 /// Why a queued room must not start another chunk, if it must not: decode
 /// fails the room and may reuse its pages timeouts.room after it asked, so a
-/// chunk starts only while at least one write deadline (timeouts.submit, and
-/// never less than half the room's time) is left for its writes.
+/// chunk starts only while its forward (model.layers x layer_compute) and one
+/// write deadline (timeouts.submit) still fit in that time. A start is never
+/// cut below half the room's time, whatever the shape says.
 caf::error expired(const scheduler_state& st, const prefill_room& rs,
                    std::chrono::steady_clock::time_point now) {
+  using clock = std::chrono::steady_clock;
   const auto& t = st.cfg.timeouts;
-  const auto room = std::chrono::duration_cast<std::chrono::steady_clock::duration>(t.room);
-  const auto submit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(t.submit);
-  const auto start_by = rs.arrived + std::max(room - submit, room / 2);
+  const auto room = std::chrono::duration_cast<clock::duration>(t.room);
+  const auto submit = std::chrono::duration_cast<clock::duration>(t.submit);
+  const auto layer = std::chrono::duration_cast<clock::duration>(st.cfg.model.layer_compute);
+  const auto layers = std::max<uint32_t>(st.cfg.model.layers, 1);
+  // layers x layer, saturating at the room's time (both are bounded, their product is not).
+  const auto forward = layer.count() > room.count() / layers ? room : layer * layers;
+  const auto start_by = rs.arrived + std::max(room - submit - forward, room / 2);
   if (now <= start_by)
     return caf::none;
   auto ms = [](auto d) {
     return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
   };
-  return make_error(lserr::timeout, "room waited " + ms(now - rs.arrived) +
-                                        " ms for a forward (next token " +
-                                        std::to_string(rs.next_token) +
-                                        "); too late to start writing before "
-                                        "decode's timeouts.room (" +
-                                        ms(room) + " ms) ends: not started");
+  return make_error(lserr::timeout,
+                    "room waited " + ms(now - rs.arrived) + " ms for a forward (next token " +
+                        std::to_string(rs.next_token) + "); too late to start a forward of about " +
+                        ms(forward) + " ms and its writes before decode's timeouts.room (" +
+                        ms(room) + " ms) ends: not started");
 }
 
 /// A room's chunk of batch `batch_id` finished its transfer.

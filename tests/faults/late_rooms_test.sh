@@ -3,10 +3,11 @@
 # the point where the writes could still end before decode gives up on it
 # (timeouts.room_ms): decode would fail that room and could hand its pages
 # to another. One forward at a time of 8 x 50 ms layers (400 ms), room_ms =
-# 3000 and submit_ms = 1000, so a room starts only within 2000 ms of asking:
-# about five rooms run, the rest must fail with the scheduler's reason long
-# before decode's own deadline (the refusal comes when a forward ends, at
-# most 400 ms past 2000 ms), and no room's bytes differ.
+# 3000 and submit_ms = 1000, so a room starts only within 3000 - 1000 - 400
+# = 1600 ms of asking: about four rooms run, the rest must fail with the
+# scheduler's reason long before decode's own deadline (the refusal comes
+# when a forward ends, at most 400 ms past 1600 ms), and no room's bytes
+# differ.
 # Usage: late_rooms_test.sh BIN
 set -u
 bin=$1
@@ -45,7 +46,7 @@ cat "$tmp/out"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 [ "$rc" -eq 1 ] || fail "demo exited $rc, expected 1 (some rooms fail)"
-late=$(grep -c "failed: room [0-9]*: .*too late to start writing" "$tmp/out")
+late=$(grep -c "failed: room [0-9]*: .*too late to start a forward" "$tmp/out")
 [ "$late" -ge 1 ] || fail "no room was refused as too late to start"
 grep -q "bytes differ" "$tmp/out" && fail "a room's bytes differ"
 grep -q "did not answer" "$tmp/out" && fail "decode timed a room out: prefill should have refused it first"
