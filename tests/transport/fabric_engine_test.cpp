@@ -327,7 +327,9 @@ TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {
   if (GetParam() == "shm")
     GTEST_SKIP() << "shm: closing a target endpoint inside the same process unmaps the shared "
                     "region the initiator still writes to (see above)";
-  auto& src = sized(src_, 4 << 20);
+  // Job 3 (to A) reads [0, 4 MiB); job 4 (to B) its own 4 KiB after that,
+  // written before either is submitted (A's provider may still read its range).
+  auto& src = sized(src_, (4 << 20) + 4096);
   auto& dst = sized(dst_, 4 << 20);
   fabric::fabric_config init_cfg;
   init_cfg.max_write_size = 4096; // A's job is 1024 writes
@@ -354,11 +356,12 @@ TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {
   ASSERT_FALSE(initiator_->submit(2, *peer_b, {{test::addr_of(src), breg->base, 4096}}));
   auto warm = done_.wait(2, result_wait);
   ASSERT_TRUE(warm && !warm->status);
+  const auto tail = test::addr_of(src) + (4 << 20);
+  for (size_t i = 0; i < 4096; ++i)
+    src[(4 << 20) + i] = static_cast<uint8_t>(i * 13 + 5);
   target_.reset();
   ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), 4 << 20}}));
-  for (size_t i = 0; i < 4096; ++i)
-    src[i] = static_cast<uint8_t>(i * 13 + 5);
-  ASSERT_FALSE(initiator_->submit(4, *peer_b, {{test::addr_of(src), breg->base + 4096, 4096}}));
+  ASSERT_FALSE(initiator_->submit(4, *peer_b, {{tail, breg->base + 4096, 4096}}));
   auto to_a = done_.wait(3, deadline + 5s);
   auto to_b = done_.wait(4, deadline + 5s);
   ASSERT_TRUE(to_a.has_value()) << "the job to the dead peer never ended";
@@ -368,7 +371,7 @@ TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {
               static_cast<unsigned long long>(initiator_->stats().eagain_retries.load()));
   EXPECT_TRUE(to_a->status) << "a write to a closed target reported success";
   EXPECT_FALSE(to_b->status) << "the live peer's job failed: " << describe(to_b->status);
-  EXPECT_EQ(std::memcmp(dst_b.data() + 4096, src.data(), 4096), 0);
+  EXPECT_EQ(std::memcmp(dst_b.data() + 4096, src.data() + (4 << 20), 4096), 0);
   EXPECT_EQ(initiator_->peer_failure(*peer_b), "");
   initiator_.reset(); // before B's target and buffer go
 }
