@@ -75,20 +75,21 @@ void try_start_batch(self_ptr self);
 
 /// Why a queued room must not start another chunk, if it must not: decode
 /// fails the room and may reuse its pages timeouts.room after it asked, so a
-/// chunk starts only while its forward (model.layers x layer_compute) and one
-/// write deadline (timeouts.submit) still fit in that time. A start is never
-/// cut below half the room's time, whatever the shape says.
+/// chunk starts only while its forward (model.layers x layer_compute) and a
+/// tenth of the room's time for the writes after it still fit in that time.
+/// (Not a whole timeouts.submit: that is a write's deadline, not its
+/// expected time, and would refuse rooms that finish with seconds to spare.)
+/// A start is never cut below half the room's time, whatever the shape says.
 caf::error expired(const scheduler_state& st, const prefill_room& rs,
                    std::chrono::steady_clock::time_point now) {
   using clock = std::chrono::steady_clock;
   const auto& t = st.cfg.timeouts;
   const auto room = std::chrono::duration_cast<clock::duration>(t.room);
-  const auto submit = std::chrono::duration_cast<clock::duration>(t.submit);
   const auto layer = std::chrono::duration_cast<clock::duration>(st.cfg.model.layer_compute);
   const auto layers = std::max<uint32_t>(st.cfg.model.layers, 1);
   // layers x layer, saturating at the room's time (both are bounded, their product is not).
   const auto forward = layer.count() > room.count() / layers ? room : layer * layers;
-  const auto start_by = rs.arrived + std::max(room - submit - forward, room / 2);
+  const auto start_by = rs.arrived + std::max(room - forward - room / 10, room / 2);
   if (now <= start_by)
     return caf::none;
   auto ms = [](auto d) {

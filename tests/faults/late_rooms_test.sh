@@ -2,11 +2,11 @@
 # A prefill rank does not start writing a room that waited in its queue past
 # the point where the writes could still end before decode gives up on it
 # (timeouts.room_ms): decode would fail that room and could hand its pages
-# to another. One forward at a time of 8 x 50 ms layers (400 ms), room_ms =
-# 3000 and submit_ms = 1000, so a room starts only within 3000 - 1000 - 400
-# = 1600 ms of asking: about four rooms run, the rest must fail with the
-# scheduler's reason long before decode's own deadline (the refusal comes
-# when a forward ends, at most 400 ms past 1600 ms), and no room's bytes
+# to another. One forward at a time of 8 x 50 ms layers (400 ms) and room_ms
+# = 3000, so a room starts only within 3000 - 400 - 300 (a tenth for the
+# writes) = 2300 ms of asking: about six rooms run, the rest must fail with
+# the scheduler's reason before decode's own deadline (the refusal comes
+# when a forward ends, at most 400 ms past 2300 ms), and no room's bytes
 # differ.
 # Usage: late_rooms_test.sh BIN
 set -u
