@@ -160,7 +160,10 @@ caf::error bench_provider(caf::actor_system& sys, const std::string& provider,
 
   transport_config acfg;
   acfg.fabric.provider = provider;
-  acfg.fabric.max_in_flight = opts.window;
+  // The engine lets one peer hold at most half of its slots (the rest stay
+  // for other peers: engine::may_take_slot), so twice the window gives this
+  // one peer the raw loop's window.
+  acfg.fabric.max_in_flight = 2 * opts.window;
   acfg.regions = {{src.data(), src.size()}};
   acfg.write_timeout = rep_timeout;
   auto actor = spawn_transport(sys, acfg);

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -370,6 +371,83 @@ TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {
               GetParam().c_str(), describe(to_a->status).c_str(), describe(to_b->status).c_str(),
               static_cast<unsigned long long>(initiator_->stats().eagain_retries.load()));
   EXPECT_TRUE(to_a->status) << "a write to a closed target reported success";
+  EXPECT_FALSE(to_b->status) << "the live peer's job failed: " << describe(to_b->status);
+  EXPECT_EQ(std::memcmp(dst_b.data() + 4096, src.data() + (4 << 20), 4096), 0);
+  EXPECT_EQ(initiator_->peer_failure(*peer_b), "");
+  initiator_.reset(); // before B's target and buffer go
+}
+
+TEST_P(FabricEngine, AStalledPeerLeavesWriteSlotsForTheOthers) {
+  // One initiator with 8 write slots, two targets. Target A stops making
+  // progress but keeps its connection (a stalled decode process, not a dead
+  // one): its writes are never delivery-complete and hold their slots. A
+  // job for B, submitted while A's writes are stuck, must still land: no
+  // peer may take every slot.
+  if (GetParam() == "shm")
+    GTEST_SKIP() << "shm (libfabric 1.17): with one target of this process stalled, a write to "
+                    "the other target of the same process was not delivery-complete either "
+                    "(both jobs timed out, 1 write in flight each), so the slot cap cannot be "
+                    "told apart here";
+  auto& src = sized(src_, (4 << 20) + 4096);
+  auto& dst = sized(dst_, 4 << 20);
+  fabric::fabric_config init_cfg;
+  init_cfg.max_in_flight = 8;
+  init_cfg.max_write_size = 4096; // A's job is 1024 writes, far more than the slots
+  init_cfg.max_write_iov = 1;
+  const auto deadline = 2s;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, deadline));
+  if (IsSkipped())
+    return;
+  ASSERT_EQ(initiator_->tx_depth(), 8u);
+  std::vector<uint8_t> dst_b(64 << 10, 0);
+  fabric::fabric_config b_cfg;
+  b_cfg.provider = GetParam();
+  auto bep = fabric::endpoint::open(b_cfg);
+  ASSERT_TRUE(bep) << describe(bep.error());
+  auto breg = (*bep)->register_memory(dst_b.data(), dst_b.size(), FI_REMOTE_WRITE);
+  ASSERT_TRUE(breg) << describe(breg.error());
+  auto b_name = (*bep)->name();
+  auto beng = engine::start(std::move(*bep), engine::role::target, nullptr, 0ms);
+  ASSERT_TRUE(beng) << describe(beng.error());
+  auto peer_b = initiator_->add_peer(b_name, {{breg->base, breg->length, breg->key}});
+  ASSERT_TRUE(peer_b) << describe(peer_b.error());
+  // Both connections are up, then A stops its progress (endpoint kept open).
+  ASSERT_FALSE(run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}}).status);
+  ASSERT_FALSE(initiator_->submit(2, *peer_b, {{test::addr_of(src), breg->base, 4096}}));
+  auto warm = done_.wait(2, result_wait);
+  ASSERT_TRUE(warm && !warm->status);
+  const auto tail = test::addr_of(src) + (4 << 20);
+  for (size_t i = 0; i < 4096; ++i)
+    src[(4 << 20) + i] = static_cast<uint8_t>(i * 11 + 3);
+  target_->stop();
+  const uint64_t posted_before = initiator_->stats().writes_posted.load();
+  const uint64_t completed_before = initiator_->stats().writes_completed.load();
+  ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), 4 << 20}}));
+  // Let A's job take what slots it may (bounded wait: no sleep-and-hope).
+  const auto settle_by = std::chrono::steady_clock::now() + 1s;
+  uint64_t last = posted_before;
+  auto last_change = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < settle_by) {
+    const uint64_t now_posted = initiator_->stats().writes_posted.load();
+    if (now_posted != last) {
+      last = now_posted;
+      last_change = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_change > 200ms) {
+      break;
+    }
+    std::this_thread::yield();
+  }
+  const uint64_t stuck = (initiator_->stats().writes_posted.load() - posted_before) -
+                         (initiator_->stats().writes_completed.load() - completed_before);
+  ASSERT_FALSE(initiator_->submit(4, *peer_b, {{tail, breg->base + 4096, 4096}}));
+  auto to_b = done_.wait(4, deadline + 5s);
+  auto to_a = done_.wait(3, deadline + 5s);
+  ASSERT_TRUE(to_b.has_value()) << "the job to the live peer never ended";
+  ASSERT_TRUE(to_a.has_value()) << "the job to the stalled peer never ended";
+  std::printf("[ info     ] %s: stalled peer A: %llu writes stuck -> %s; live peer B -> %s\n",
+              GetParam().c_str(), static_cast<unsigned long long>(stuck),
+              describe(to_a->status).c_str(), describe(to_b->status).c_str());
+  EXPECT_LE(stuck, initiator_->tx_depth() / 2) << "one peer held more than half of the slots";
   EXPECT_FALSE(to_b->status) << "the live peer's job failed: " << describe(to_b->status);
   EXPECT_EQ(std::memcmp(dst_b.data() + 4096, src.data() + (4 << 20), 4096), 0);
   EXPECT_EQ(initiator_->peer_failure(*peer_b), "");

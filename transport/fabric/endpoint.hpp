@@ -46,7 +46,8 @@ struct fabric_config {
   /// Largest single fi_write posted; 0 = the provider's max_msg_size. Larger
   /// ranges are split (tests set it small to exercise the split).
   uint64_t max_write_size = 0;
-  /// Most writes in flight; 0 = the provider's TX queue depth.
+  /// Most writes in flight, all peers together; 0 = the provider's TX queue
+  /// depth. One peer holds at most half of them (engine::may_take_slot).
   uint64_t max_in_flight = 0;
   /// Most ranges one fi_writemsg carries (local iov and rma_iov pairs); 0 =
   /// the provider's limit (min of tx iov_limit and rma_iov_limit), 1 = one

@@ -92,6 +92,8 @@ struct engine::peer_state {
   // peer (worker only): its other jobs wait for the next round, other
   // peers' jobs still post in this one.
   uint64_t eagain_round = 0;
+  // Write slots its writes hold now (worker only).
+  uint64_t in_flight = 0;
 };
 
 // One range of a job, already translated to what fi_writemsg takes.
@@ -375,6 +377,7 @@ int engine::read_cq() {
           continue;
         }
         j->in_flight -= 1;
+        j->peer->in_flight -= 1;
         j->bytes_done += o->len;
         o->owner = nullptr;
         free_ops_.push_back(o);
@@ -430,6 +433,7 @@ int engine::read_cq() {
 void engine::op_failed(op& o, const std::string& text, bool peer_level) {
   job* j = o.owner;
   j->in_flight -= 1;
+  j->peer->in_flight -= 1;
   o.owner = nullptr;
   free_ops_.push_back(&o);
   --in_flight_;
@@ -459,7 +463,7 @@ int engine::post_ready() {
                false);
       continue;
     }
-    while (!j.fully_posted() && !free_ops_.empty()) {
+    while (!j.fully_posted() && may_take_slot(*j.peer)) {
       // Gather the job's next ranges into one write: up to write_iov_limit_
       // (local iov, rma_iov) pairs, at most max_msg_size_ bytes in all. They
       // all belong to this job (one room, one peer), so a failed write fails
@@ -521,6 +525,7 @@ int engine::post_ready() {
       o->owner = &j;
       o->len = total;
       ++j.in_flight;
+      ++j.peer->in_flight;
       ++in_flight_;
       ++posted;
       j.next = next;
@@ -534,6 +539,18 @@ int engine::post_ready() {
       break;
   }
   return posted;
+}
+
+// A peer may hold at most as many write slots as stay free after it takes
+// one, and may always take one while it holds none. The slots are shared by
+// every peer of the endpoint, and a stalled (not dead) peer's writes hold
+// theirs until it makes progress again: without a cap one such peer takes
+// them all, and every other peer's jobs time out with "no free write slot".
+// With it, one stalled peer holds at most about half, a second a quarter,
+// and so on; a peer alone still gets half the TX depth in flight.
+bool engine::may_take_slot(const peer_state& p) const {
+  const uint64_t free = free_ops_.size();
+  return free > 0 && (p.in_flight == 0 || free >= p.in_flight + 2);
 }
 
 void engine::check_deadlines(clock_type::time_point now) {
@@ -554,7 +571,11 @@ void engine::check_deadlines(clock_type::time_point now) {
                             std::to_string(j.bytes_done) + " of " + std::to_string(j.bytes_total) +
                             " bytes done, " + std::to_string(j.in_flight) + " writes in flight" +
                             (j.saw_eagain ? ", provider answering -FI_EAGAIN" : "") +
-                            (peer_stalled ? "" : ", no free write slot (other peers hold them)")),
+                            (peer_stalled            ? ""
+                             : j.peer->in_flight > 0 ? ", no write slot (its peer's earlier jobs "
+                                                       "hold the peer's share)"
+                                                     : ", no free write slot (other peers hold "
+                                                       "them)")),
              peer_stalled);
     // Report now; the job object stays (its in-flight ops point to it) until
     // those ops complete or the engine closes.

@@ -148,6 +148,7 @@ class engine {
   void take_incoming();
   int read_cq();
   int post_ready();
+  bool may_take_slot(const peer_state& p) const;
   void check_deadlines(std::chrono::steady_clock::time_point now);
   void finish_jobs();
   void wait_for_work();
