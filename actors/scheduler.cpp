@@ -16,10 +16,9 @@ namespace {
 using self_ptr = scheduler_full_actor::stateful_pointer<scheduler_state>;
 
 /// How long a finish request waits: past the manager's own wait on the
-/// context (outer_deadline(room), node/nodes.cpp), which is past the
-/// context's finish deadline (room), so the context's reason arrives first.
+/// context, so the context's reason arrives first (common/deadlines.hpp).
 caf::timespan finish_wait(const timeouts_config& t) {
-  return outer_deadline(outer_deadline(t.room));
+  return scheduler_finish_wait(t.room);
 }
 
 uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
@@ -182,7 +181,7 @@ void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
     auto t0 = trace ? steady_ns() : 0;
     // Outlasts the engine's own write deadline (timeouts.submit), whose
     // reason says more than a request timeout.
-    self->request(st.transport, outer_deadline(st.cfg.timeouts.submit), std::move(msg))
+    self->request(st.transport, submit_request_wait(st.cfg.timeouts.submit), std::move(msg))
         .then([done, layer, t0](const submit_done& res) { done(layer, t0, res.status, res.bytes); },
               [done, layer, t0](caf::error& err) {
                 done(layer, t0,

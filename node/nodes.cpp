@@ -44,9 +44,9 @@ prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32
   // engine's write deadline (timeouts.submit) < the context's submit request
   // < the context's finish deadline (timeouts.room, from the first finish)
   // < the manager's finish request < the scheduler's.
-  mcfg.context.submit_timeout = outer_deadline(cfg.timeouts.submit);
+  mcfg.context.submit_timeout = submit_request_wait(cfg.timeouts.submit);
   mcfg.context.finish_timeout = cfg.timeouts.room;
-  mcfg.finish_request_timeout = outer_deadline(cfg.timeouts.room);
+  mcfg.finish_request_timeout = manager_finish_wait(cfg.timeouts.room);
   mcfg.context.trace = trace;
   mcfg.context.rank = cp_rank;
   node->manager = sys.spawn(manager_impl, submit_sink{node->transport}, mcfg);
