@@ -42,6 +42,14 @@ struct context_fixture : actor_fixture {
     expect((submit), from(ctx).to(transport).with(expected_submit(req, layer)));
     expect((submit_done), from(transport).to(ctx));
   }
+
+  /// A batch's layer ends and its event completes at once; the context sends
+  /// the layer's one submit_batch (not yet answered).
+  void end_and_submit_batch(const context_actor& ctx, uint32_t layer) {
+    end_layer(ctx, layer)->signal();
+    expect((event_ready), from(_).to(ctx));
+    expect((submit_batch), from(ctx).to(transport));
+  }
 };
 
 } // namespace
@@ -358,10 +366,7 @@ CAF_TEST(the finish deadline of one room leaves its neighbours in the batch wait
   cfg.finish_timeout = std::chrono::seconds(5);
   auto a = make_request(1, 2, 1), b = make_request(2, 2, 1, 40, 400);
   auto ctx = spawn_batch({a, b});
-  auto ev = end_layer(ctx, 0);
-  ev->signal();
-  expect((event_ready), from(_).to(ctx));
-  expect((submit_batch), from(ctx).to(transport));
+  end_and_submit_batch(ctx, 0);
   self->request(ctx, std::chrono::seconds(100), finish{1});
   expect((finish), from(self).to(ctx));
   advance_time(std::chrono::seconds(5));
@@ -382,10 +387,7 @@ CAF_TEST(a layer_end after a finish belongs to a later batch and writes nothing)
   // so the manager fans the next batch's layer_end{1} out to it too.
   auto a = make_request(1, 2, 2), b = make_request(2, 2, 2, 40, 400);
   auto ctx = spawn_batch({a, b});
-  auto ev0 = end_layer(ctx, 0);
-  ev0->signal();
-  expect((event_ready), from(_).to(ctx));
-  expect((submit_batch), from(ctx).to(transport));
+  end_and_submit_batch(ctx, 0);
   expect((submit_batch_done), from(transport).to(ctx));
   expect_finish(ctx, finish_result{1, make_error(lserr::missing_layer, ""), 1, expected_bytes(a, 0),
                                    std::vector<uint32_t>{1}});
