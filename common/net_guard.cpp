@@ -120,30 +120,42 @@ caf::error check_connect(const std::string& host, network_scope scope, const net
   return caf::none;
 }
 
+int fabric_name_family(const std::vector<uint8_t>& name) {
+  sa_family_t family = AF_UNSPEC;
+  if (name.size() >= sizeof(family))
+    std::memcpy(&family, name.data(), sizeof(family));
+  return family;
+}
+
+size_t ip_name_size(int family) {
+  switch (family) {
+  case AF_INET:
+    return sizeof(sockaddr_in);
+  case AF_INET6:
+    return sizeof(sockaddr_in6);
+  default:
+    return 0;
+  }
+}
+
 caf::error check_fabric_address(const std::vector<uint8_t>& name, network_scope scope,
                                 const netns_paths& paths) {
-  sa_family_t family = 0;
-  if (name.size() < sizeof(family))
+  if (name.size() < sizeof(sa_family_t))
     return make_error(lserr::bad_input, "fabric peer address of " + std::to_string(name.size()) +
                                             " bytes: too short to be any address");
-  std::memcpy(&family, name.data(), sizeof(family));
-  // An IP name of another size is refused, not waved through as "not IP":
-  // the provider reads it as a sockaddr whatever its length.
-  auto wrong_size = [&](const char* what, size_t want) {
+  const int family = fabric_name_family(name);
+  // An IP name of another size is refused, not waved through as "not IP".
+  if (const size_t want = ip_name_size(family); want != 0 && name.size() != want)
     return make_error(lserr::bad_input, "fabric peer address of " + std::to_string(name.size()) +
-                                            " bytes with family " + what + ": expected " +
-                                            std::to_string(want));
-  };
+                                            " bytes with family " +
+                                            (family == AF_INET ? "AF_INET" : "AF_INET6") +
+                                            ": expected " + std::to_string(want));
   char text[INET6_ADDRSTRLEN] = {};
   if (family == AF_INET) {
-    if (name.size() != sizeof(sockaddr_in))
-      return wrong_size("AF_INET", sizeof(sockaddr_in));
     sockaddr_in sa{};
     std::memcpy(&sa, name.data(), sizeof(sa));
     inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
   } else if (family == AF_INET6) {
-    if (name.size() != sizeof(sockaddr_in6))
-      return wrong_size("AF_INET6", sizeof(sockaddr_in6));
     sockaddr_in6 sa{};
     std::memcpy(&sa, name.data(), sizeof(sa));
     inet_ntop(AF_INET6, &sa.sin6_addr, text, sizeof(text));

@@ -16,6 +16,7 @@
 // A server binds only to one of this host's own addresses in either scope.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +46,17 @@ caf::expected<std::string> current_test_host(const netns_paths& paths = {});
 /// May this process connect to `host` (an IP literal or "localhost")?
 caf::error check_connect(const std::string& host, network_scope scope,
                          const netns_paths& paths = {});
+
+/// The socket address family an fi_getname name starts with (AF_UNSPEC when
+/// it is too short to hold one; shm's string name gives whatever its first
+/// bytes read as).
+int fabric_name_family(const std::vector<uint8_t>& name);
+
+/// The size of the sockaddr an IP name of `family` must have (sockaddr_in
+/// for AF_INET, sockaddr_in6 for AF_INET6), 0 for any other family. A
+/// provider reads an IP name as that sockaddr whatever its length, so a name
+/// of another size must be refused before it reaches fi_av_insert.
+size_t ip_name_size(int family);
 
 /// May this process write to the fabric endpoint named `name` (fi_getname
 /// bytes from a peer's transfer_info)? An IP provider's name (tcp, net,

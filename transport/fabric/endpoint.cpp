@@ -12,6 +12,7 @@
 #include <rdma/fi_errno.h>
 
 #include "common/log.hpp"
+#include "common/net_guard.hpp"
 #include "transport/fabric/fabric_check.hpp"
 
 namespace layerstream::fabric {
@@ -32,16 +33,15 @@ caf::error check_address_shape(uint32_t format, const std::vector<uint8_t>& addr
   case FI_SOCKADDR:
   case FI_SOCKADDR_IN:
   case FI_SOCKADDR_IN6: {
-    sa_family_t family = 0;
-    if (address.size() < sizeof(family))
+    if (address.size() < sizeof(sa_family_t))
       return refuse("is too short for a socket address");
-    std::memcpy(&family, address.data(), sizeof(family));
+    const int family = fabric_name_family(address);
     const bool v4 = family == AF_INET && format != FI_SOCKADDR_IN6;
     const bool v6 = family == AF_INET6 && format != FI_SOCKADDR_IN;
     if (!v4 && !v6)
       return refuse("has address family " + std::to_string(family) +
                     ", not one this provider's format takes");
-    const size_t want = v4 ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    const size_t want = ip_name_size(family);
     if (address.size() != want)
       return refuse("is not a " + std::string{v4 ? "sockaddr_in" : "sockaddr_in6"} + " (" +
                     std::to_string(want) + " bytes)");
