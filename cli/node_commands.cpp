@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <variant>
 
 #include <unistd.h>
 
@@ -266,16 +267,6 @@ network_scope scope_of(const deployment_config& cfg) {
 /// validate_for() has refused an unknown level with exit 2 before this runs.
 void apply_log_level(const deployment_config& cfg) {
   log::set_level(cfg.log.level);
-}
-
-/// "host:port" or "[v6addr]:port" (config-checked) as the host CAF and the
-/// net guard take (no brackets) and the port.
-std::pair<std::string, uint16_t> split_endpoint(const std::string& endpoint) {
-  auto colon = endpoint.rfind(':');
-  auto host = endpoint.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return {host, static_cast<uint16_t>(std::stoul(endpoint.substr(colon + 1)))};
 }
 
 /// The load() override of `--log-level`, for the commands with no other flags.
@@ -541,17 +532,25 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
   // Where this process may bind and connect, checked before any socket opens.
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode"))
     return 2;
+  std::vector<endpoint_parts> ranks; // as decode.prefill (validate() checked the syntax too)
   for (auto& endpoint : cfg->decode.prefill) {
-    auto host = split_endpoint(endpoint).first;
-    if (!address_ok(check_connect(host, scope_of(*cfg)), "decode"))
+    auto parts = split_endpoint(endpoint);
+    if (auto* why = std::get_if<std::string>(&parts)) {
+      std::cerr << "layerstream decode: decode.prefill endpoint " << endpoint << ": " << *why
+                << "\n";
+      return 2;
+    }
+    ranks.push_back(std::get<endpoint_parts>(std::move(parts)));
+    if (!address_ok(check_connect(ranks.back().host, scope_of(*cfg)), "decode"))
       return 2;
   }
   system_config scfg{*cfg, true};
   caf::actor_system sys{scfg};
   std::vector<scheduler_actor> schedulers;
   std::vector<std::vector<uint8_t>> session_keys; // one per rank, as schedulers
-  for (auto& endpoint : cfg->decode.prefill) {
-    auto [host, port] = split_endpoint(endpoint);
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const auto& [host, port] = ranks[rank];
+    const auto& endpoint = cfg->decode.prefill[rank];
     // The prefill ranks may still be starting: retry until the connection timeout.
     auto deadline = std::chrono::steady_clock::now() + cfg->timeouts.connection;
     for (;;) {

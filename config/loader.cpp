@@ -470,36 +470,23 @@ uint64_t ceil_div(uint64_t a, uint64_t b) {
   return a / b + (a % b != 0 ? 1 : 0);
 }
 
-bool is_valid_port(std::string_view s) {
+/// The port of "host:port" (1..65535), or 0.
+uint16_t parse_port(std::string_view s) {
   if (s.empty() || s.size() > 5)
-    return false;
+    return 0;
   uint32_t port = 0;
   for (char ch : s) {
     if (ch < '0' || ch > '9')
-      return false;
+      return 0;
     port = port * 10 + static_cast<uint32_t>(ch - '0');
   }
-  return port >= 1 && port <= 65535;
+  return port >= 1 && port <= 65535 ? static_cast<uint16_t>(port) : 0;
 }
 
 /// "" if `endpoint` is "host:port" (host may be "[v6]"), else why not.
 std::string check_endpoint(std::string_view endpoint) {
-  auto colon = endpoint.rfind(':');
-  if (colon == std::string_view::npos)
-    return "missing \":port\"";
-  auto host = endpoint.substr(0, colon);
-  auto port = endpoint.substr(colon + 1);
-  if (host.empty())
-    return "missing host before \":\"";
-  if (host.front() == '[') {
-    if (host.back() != ']' || host.size() < 3)
-      return "IPv6 host must be written \"[addr]:port\"";
-  } else if (host.find(':') != std::string_view::npos) {
-    return "IPv6 host must be written \"[addr]:port\"";
-  }
-  if (!is_valid_port(port))
-    return "port " + quoted(port) + " is not a number in 1..65535";
-  return "";
+  auto parts = split_endpoint(endpoint);
+  return std::holds_alternative<std::string>(parts) ? std::get<std::string>(parts) : "";
 }
 
 template <class Range>
@@ -896,6 +883,26 @@ bool same_config(const deployment_config& a, const deployment_config& b) {
   // to_toml prints every field exactly (shortest round-trip doubles), so equal
   // texts mean equal fields; one field list to maintain instead of two.
   return to_toml(a, secrets::reveal) == to_toml(b, secrets::reveal);
+}
+
+std::variant<endpoint_parts, std::string> split_endpoint(std::string_view endpoint) {
+  auto colon = endpoint.rfind(':');
+  if (colon == std::string_view::npos)
+    return std::string{"missing \":port\""};
+  auto host = endpoint.substr(0, colon);
+  if (host.empty())
+    return std::string{"missing host before \":\""};
+  if (host.front() == '[') {
+    if (host.back() != ']' || host.size() < 3)
+      return std::string{"IPv6 host must be written \"[addr]:port\""};
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string_view::npos) {
+    return std::string{"IPv6 host must be written \"[addr]:port\""};
+  }
+  const uint16_t port = parse_port(endpoint.substr(colon + 1));
+  if (port == 0)
+    return "port " + quoted(endpoint.substr(colon + 1)) + " is not a number in 1..65535";
+  return endpoint_parts{std::string{host}, port};
 }
 
 caf::error to_error(const config_error& err) {

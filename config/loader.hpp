@@ -15,6 +15,7 @@
 // All functions are pure and thread-safe; nothing here logs.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,6 +91,17 @@ std::string to_toml(const deployment_config& cfg, secrets mode = secrets::redact
 
 /// Field-by-field equality (deployment_config has no operator==).
 bool same_config(const deployment_config& a, const deployment_config& b);
+
+/// A control-plane endpoint split into the host CAF and the net guard take
+/// (an IPv6 address without its brackets) and the port.
+struct endpoint_parts {
+  std::string host;
+  uint16_t port = 0;
+};
+
+/// "host:port" or "[v6addr]:port" (decode.prefill's syntax) split, or why it
+/// is not one. validate() refuses a config whose endpoints do not split.
+std::variant<endpoint_parts, std::string> split_endpoint(std::string_view endpoint);
 
 /// The config_error as a layerstream error (lserr::bad_input, message = to_string()).
 caf::error to_error(const config_error& err);

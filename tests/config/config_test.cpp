@@ -238,6 +238,23 @@ TEST(ConfigLoader, AnIpv6PrefillEndpointInBracketsIsAccepted) {
   EXPECT_EQ(parse_ok("[decode]\nprefill = [\"[::1]:7001\"]\n").decode.prefill[0], "[::1]:7001");
 }
 
+TEST(ConfigLoader, AnEndpointSplitsIntoTheHostTheGuardTakesAndItsPort) {
+  auto v6 = split_endpoint("[::1]:7001");
+  ASSERT_TRUE(std::holds_alternative<endpoint_parts>(v6)) << std::get<std::string>(v6);
+  EXPECT_EQ(std::get<endpoint_parts>(v6).host, "::1"); // no brackets for CAF and the guard
+  EXPECT_EQ(std::get<endpoint_parts>(v6).port, 7001);
+  auto v4 = split_endpoint("10.201.0.2:65535");
+  ASSERT_TRUE(std::holds_alternative<endpoint_parts>(v4));
+  EXPECT_EQ(std::get<endpoint_parts>(v4).host, "10.201.0.2");
+  EXPECT_EQ(std::get<endpoint_parts>(v4).port, 65535);
+  for (const char* bad : {"127.0.0.1", ":7001", "::1:7001", "[::1:7001", "[]:7001", "127.0.0.1:0",
+                          "127.0.0.1:65536", "127.0.0.1:7x", "127.0.0.1:"}) {
+    auto parts = split_endpoint(bad);
+    ASSERT_TRUE(std::holds_alternative<std::string>(parts)) << bad << " split";
+    EXPECT_FALSE(std::get<std::string>(parts).empty()) << bad;
+  }
+}
+
 TEST(ConfigLoader, AFileThatDoesNotExistIsRefusedNamingIt) {
   auto res = load_config_file("/nonexistent/x.toml");
   auto* err = std::get_if<config_error>(&res);
