@@ -1,6 +1,7 @@
 #include "node/auth.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -21,15 +22,26 @@ constexpr std::string_view client_role = "decode";
 constexpr std::string_view session_role = "session";
 
 /// Forwards transfer_info from the one node that authenticated, carrying
-/// the session's key.
+/// the session's key. It watches the decode actors that sent it one (the
+/// receiver): when the last of them is gone (it exited, or its node's
+/// connection dropped), the session ends, and the gate drops it.
 struct session_state {
   static inline const char* name = "layerstream.session";
+  std::set<caf::actor_addr> senders;
 };
 
 scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<session_state> self,
                                             scheduler_actor scheduler, caf::node_id peer,
                                             std::vector<uint8_t> key, caf::timespan timeout,
                                             std::string gate_name) {
+  self->set_down_handler([=](caf::down_msg& dm) {
+    self->state.senders.erase(dm.source);
+    if (!self->state.senders.empty())
+      return;
+    LS_INFO("control plane {}: session of node {} closed: its decode receiver is gone ({})",
+            gate_name, to_string(peer), dm.reason ? describe(dm.reason) : std::string{"exited"});
+    self->quit();
+  });
   return {
       [=](transfer_info& info) -> caf::result<kv_ready> {
         auto sender = self->current_sender();
@@ -50,6 +62,8 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
           return make_error(lserr::unauthorized, "transfer_info without this session's key");
         }
         info.session_key.clear(); // the scheduler has no use for it
+        if (self->state.senders.insert(caf::actor_cast<caf::actor_addr>(sender)).second)
+          self->monitor(sender);
         auto rp = self->make_response_promise<kv_ready>();
         self->request(scheduler, timeout, std::move(info))
             .then([rp](kv_ready& res) mutable { rp.deliver(std::move(res)); },
@@ -99,6 +113,23 @@ bool auth_equal(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
 gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> self,
                                     gate_config cfg) {
   self->state.cfg = std::move(cfg);
+  // A session that ended on its own (its decode went away) leaves the table;
+  // the gate goes on. (One the gate closes is unlinked by CAF as it takes the
+  // gate's exit_msg, so no exit comes back from it.) Any other linked exit
+  // with a reason ends the gate, as CAF's default handler would.
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    auto& st = self->state;
+    for (auto it = st.sessions.begin(); it != st.sessions.end(); ++it) {
+      if (it->second.address() != em.source)
+        continue;
+      st.session_order.erase(
+          std::find(st.session_order.begin(), st.session_order.end(), it->first));
+      st.sessions.erase(it);
+      return;
+    }
+    if (em.reason)
+      self->quit(std::move(em.reason));
+  });
   // A peer that skips the handshake (e.g. sends transfer_info straight away).
   self->set_default_handler([=](caf::scheduled_actor* ptr,
                                 caf::message_view&) -> caf::result<caf::message> {

@@ -122,6 +122,51 @@ TEST_F(AuthTest, ANewHandshakeFromTheSameNodeReplacesTheSessionAndItsKey) {
   EXPECT_EQ(got.room, 45u);
 }
 
+TEST_F(AuthTest, TheGateOutlivesTheSessionsItCloses) {
+  // A replaced or evicted session exits; the gate, linked to it, must not
+  // take that exit as its own: other decode nodes' sessions hang on it.
+  auto first = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(first) << describe(first.error());
+  auto second = authenticate(sys, gate, token, timeout); // closes the first
+  ASSERT_TRUE(second) << describe(second.error());
+  // Wait for the first session to be gone, bounded.
+  self->monitor(first->session);
+  bool down = false;
+  self->receive([&](caf::down_msg& dm) { down = dm.source == first->session.address(); },
+                caf::after(timeout) >> [] {});
+  ASSERT_TRUE(down) << "the replaced session never exited";
+  auto third = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(third) << "the gate died with the session it closed: " << describe(third.error());
+  kv_ready got;
+  self->request(third->session, timeout, transfer_info{46, 16, {}, {}, {}, {}, {}, 1, third->key})
+      .receive([&](kv_ready& k) { got = k; }, [&](caf::error& e) { ADD_FAILURE() << describe(e); });
+  EXPECT_EQ(got.room, 46u);
+}
+
+TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
+  auto session = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(session) << describe(session.error());
+  self->monitor(session->session);
+  {
+    // Stands in for decode's receiver; its node's connection dropping
+    // reaches the session the same way (a down_msg for the proxy).
+    caf::scoped_actor receiver{sys};
+    kv_ready got;
+    receiver
+        ->request(session->session, timeout,
+                  transfer_info{47, 16, {}, {}, {}, {}, {}, 1, session->key})
+        .receive([&](kv_ready& k) { got = k; },
+                 [&](caf::error& e) { ADD_FAILURE() << describe(e); });
+    EXPECT_EQ(got.room, 47u);
+  }
+  bool down = false;
+  self->receive([&](caf::down_msg& dm) { down = dm.source == session->session.address(); },
+                caf::after(timeout) >> [] {});
+  EXPECT_TRUE(down) << "the session outlived the only decode actor that used it";
+  auto again = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
+}
+
 TEST_F(AuthTest, AWrongTokenIsRefusedOnBothSides) {
   auto session = authenticate(sys, gate, "not-the-cluster-token", timeout);
   ASSERT_FALSE(session);
