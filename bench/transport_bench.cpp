@@ -162,7 +162,8 @@ caf::error bench_provider(caf::actor_system& sys, const std::string& provider,
   acfg.fabric.provider = provider;
   // The engine lets one peer hold at most half of its slots (the rest stay
   // for other peers: engine::may_take_slot), so twice the window gives this
-  // one peer the raw loop's window.
+  // one peer the raw loop's window (while 2 x window is within the
+  // provider's TX depth, which caps max_in_flight).
   acfg.fabric.max_in_flight = 2 * opts.window;
   acfg.regions = {{src.data(), src.size()}};
   acfg.write_timeout = rep_timeout;

@@ -124,6 +124,8 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
         continue;
       st.session_order.erase(
           std::find(st.session_order.begin(), st.session_order.end(), it->first));
+      LS_INFO("control plane {}: dropped the ended session of node {}; {} open", st.cfg.name,
+              to_string(it->first), st.sessions.size() - 1);
       st.sessions.erase(it);
       return;
     }

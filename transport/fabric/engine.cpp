@@ -545,7 +545,7 @@ int engine::post_ready() {
 // one, and may always take one while it holds none. The slots are shared by
 // every peer of the endpoint, and a stalled (not dead) peer's writes hold
 // theirs until it makes progress again: without a cap one such peer takes
-// them all, and every other peer's jobs time out with "no free write slot".
+// them all, and every other peer's jobs time out with "no write slot free".
 // With it, one stalled peer holds at most about half, a second a quarter,
 // and so on; a peer alone still gets half the TX depth in flight.
 bool engine::may_take_slot(const peer_state& p) const {
@@ -561,21 +561,22 @@ void engine::check_deadlines(clock_type::time_point now) {
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - j.submitted).count();
     // The peer is to blame only if its own writes stalled (in flight, or
-    // refused with EAGAIN). A job that never got a free write slot (other
-    // peers held them all) fails, but leaves its peer usable.
+    // refused with EAGAIN). A job that never got a write slot (others held
+    // them, or its peer had its share) fails, but leaves its peer usable.
     const bool peer_stalled = j.in_flight > 0 || j.saw_eagain;
     fail_job(j,
-             make_error(lserr::timeout,
-                        "write job to peer " + std::to_string(j.peer_idx) + " (" + provider_ +
-                            ") not delivery-complete after " + std::to_string(ms) + " ms: " +
-                            std::to_string(j.bytes_done) + " of " + std::to_string(j.bytes_total) +
-                            " bytes done, " + std::to_string(j.in_flight) + " writes in flight" +
-                            (j.saw_eagain ? ", provider answering -FI_EAGAIN" : "") +
-                            (peer_stalled            ? ""
-                             : j.peer->in_flight > 0 ? ", no write slot (its peer's earlier jobs "
-                                                       "hold the peer's share)"
-                                                     : ", no free write slot (other peers hold "
-                                                       "them)")),
+             make_error(
+                 lserr::timeout,
+                 "write job to peer " + std::to_string(j.peer_idx) + " (" + provider_ +
+                     ") not delivery-complete after " + std::to_string(ms) +
+                     " ms: " + std::to_string(j.bytes_done) + " of " +
+                     std::to_string(j.bytes_total) + " bytes done, " + std::to_string(j.in_flight) +
+                     " writes in flight" + (j.saw_eagain ? ", provider answering -FI_EAGAIN" : "") +
+                     (peer_stalled ? ""
+                                   : ", no write slot free for it (its peer holds " +
+                                         std::to_string(j.peer->in_flight) + ", other peers " +
+                                         std::to_string(in_flight_ - j.peer->in_flight) + " of " +
+                                         std::to_string(tx_depth_) + ")")),
              peer_stalled);
     // Report now; the job object stays (its in-flight ops point to it) until
     // those ops complete or the engine closes.
