@@ -22,7 +22,7 @@ json_check "$TMP/decode.json" "$ALL_EXACT and r['provider'] == '$PROVIDER'" ||
   fail "report is not all rooms bit-exact"
 grep -q "rooms complete, bit-exact" "$TMP/decode.log" || fail "decode's printed summary does not say bit-exact"
 # The decode process is gone: the prefill's session for it ends too.
-wait_for_log "$TMP/prefill-0.log" "dropped the ended session of node .*; 0 open" 10 ||
+wait_for_log "$TMP/prefill-0.log" "dropped the ended session of node .*; 0 open" 30 ||
   fail "the prefill kept the session of a decode process that exited"
 stop_prefill "$PF_PID" 0
 exit $FAILED
