@@ -54,6 +54,25 @@ struct AuthTest : ::testing::Test {
     return out;
   }
 
+  /// Sends `session` a transfer_info for `room` carrying `key`, from `from`;
+  /// the answer: kv_ready, or the error it was refused with.
+  static caf::expected<kv_ready> forward(caf::scoped_actor& from, const scheduler_actor& session,
+                                         room_id room, const std::vector<uint8_t>& key) {
+    caf::expected<kv_ready> out{caf::error{}};
+    from->request(session, timeout, transfer_info{room, 16, {}, {}, {}, {}, {}, 1, key})
+        .receive([&](kv_ready& k) { out = k; }, [&](caf::error& e) { out = e; });
+    return out;
+  }
+
+  /// `session` has exited, or does so within the timeout.
+  bool ends(const scheduler_actor& session) {
+    self->monitor(session);
+    bool down = false;
+    self->receive([&](caf::down_msg& dm) { down = dm.source == session.address(); },
+                  caf::after(timeout) >> [] {});
+    return down;
+  }
+
   caf::error proof(const auth_proof& p) {
     caf::error out;
     self->request(gate, timeout, p)
@@ -81,13 +100,11 @@ TEST_F(AuthTest, TheRightTokenGetsASessionThatReachesTheScheduler) {
   auto session = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   EXPECT_EQ(session->key.size(), 32u);
-  kv_ready got;
-  self->request(session->session, timeout,
-                transfer_info{42, 16, {}, {}, {}, {}, {}, 1, session->key})
-      .receive([&](kv_ready& k) { got = k; }, [&](caf::error& e) { ADD_FAILURE() << describe(e); });
-  EXPECT_EQ(got.room, 42u);
-  EXPECT_EQ(got.cp_rank, 7u);
-  EXPECT_EQ(got.bytes, 420u);
+  auto got = forward(self, session->session, 42, session->key);
+  ASSERT_TRUE(got) << describe(got.error());
+  EXPECT_EQ(got->room, 42u);
+  EXPECT_EQ(got->cp_rank, 7u);
+  EXPECT_EQ(got->bytes, 420u);
 }
 
 // What a forged BASP routed message amounts to: the right session, from the
@@ -98,11 +115,9 @@ TEST_F(AuthTest, ASessionRefusesTransferInfoWithoutItsKeyEvenFromItsOwnNode) {
   auto wrong = session->key;
   wrong[0] ^= 1;
   for (const auto& key : {std::vector<uint8_t>{}, wrong}) {
-    caf::error err;
-    self->request(session->session, timeout, transfer_info{43, 16, {}, {}, {}, {}, {}, 1, key})
-        .receive([](kv_ready&) { ADD_FAILURE() << "forwarded without the session's key"; },
-                 [&](caf::error& e) { err = e; });
-    EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
+    auto got = forward(self, session->session, 43, key);
+    ASSERT_FALSE(got) << "forwarded without the session's key";
+    EXPECT_TRUE(is(got.error(), lserr::unauthorized)) << describe(got.error());
   }
 }
 
@@ -111,15 +126,12 @@ TEST_F(AuthTest, ANewHandshakeFromTheSameNodeReplacesTheSessionAndItsKey) {
   auto second = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(first && second);
   EXPECT_NE(first->key, second->key) << "fresh nonces give a fresh key";
-  caf::error err;
-  self->request(second->session, timeout, transfer_info{44, 16, {}, {}, {}, {}, {}, 1, first->key})
-      .receive([](kv_ready&) { ADD_FAILURE() << "the old key still works"; },
-               [&](caf::error& e) { err = e; });
-  EXPECT_TRUE(is(err, lserr::unauthorized)) << describe(err);
-  kv_ready got;
-  self->request(second->session, timeout, transfer_info{45, 16, {}, {}, {}, {}, {}, 1, second->key})
-      .receive([&](kv_ready& k) { got = k; }, [&](caf::error& e) { ADD_FAILURE() << describe(e); });
-  EXPECT_EQ(got.room, 45u);
+  auto old_key = forward(self, second->session, 44, first->key);
+  ASSERT_FALSE(old_key) << "the old key still works";
+  EXPECT_TRUE(is(old_key.error(), lserr::unauthorized)) << describe(old_key.error());
+  auto got = forward(self, second->session, 45, second->key);
+  ASSERT_TRUE(got) << describe(got.error());
+  EXPECT_EQ(got->room, 45u);
 }
 
 TEST_F(AuthTest, TheGateOutlivesTheSessionsItCloses) {
@@ -129,40 +141,26 @@ TEST_F(AuthTest, TheGateOutlivesTheSessionsItCloses) {
   ASSERT_TRUE(first) << describe(first.error());
   auto second = authenticate(sys, gate, token, timeout); // closes the first
   ASSERT_TRUE(second) << describe(second.error());
-  // Wait for the first session to be gone, bounded.
-  self->monitor(first->session);
-  bool down = false;
-  self->receive([&](caf::down_msg& dm) { down = dm.source == first->session.address(); },
-                caf::after(timeout) >> [] {});
-  ASSERT_TRUE(down) << "the replaced session never exited";
+  ASSERT_TRUE(ends(first->session)) << "the replaced session never exited";
   auto third = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(third) << "the gate died with the session it closed: " << describe(third.error());
-  kv_ready got;
-  self->request(third->session, timeout, transfer_info{46, 16, {}, {}, {}, {}, {}, 1, third->key})
-      .receive([&](kv_ready& k) { got = k; }, [&](caf::error& e) { ADD_FAILURE() << describe(e); });
-  EXPECT_EQ(got.room, 46u);
+  auto got = forward(self, third->session, 46, third->key);
+  ASSERT_TRUE(got) << describe(got.error());
+  EXPECT_EQ(got->room, 46u);
 }
 
 TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
   auto session = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
-  self->monitor(session->session);
   {
     // Stands in for decode's receiver; its node's connection dropping
     // reaches the session the same way (a down_msg for the proxy).
     caf::scoped_actor receiver{sys};
-    kv_ready got;
-    receiver
-        ->request(session->session, timeout,
-                  transfer_info{47, 16, {}, {}, {}, {}, {}, 1, session->key})
-        .receive([&](kv_ready& k) { got = k; },
-                 [&](caf::error& e) { ADD_FAILURE() << describe(e); });
-    EXPECT_EQ(got.room, 47u);
+    auto got = forward(receiver, session->session, 47, session->key);
+    ASSERT_TRUE(got) << describe(got.error());
+    EXPECT_EQ(got->room, 47u);
   }
-  bool down = false;
-  self->receive([&](caf::down_msg& dm) { down = dm.source == session->session.address(); },
-                caf::after(timeout) >> [] {});
-  EXPECT_TRUE(down) << "the session outlived the only decode actor that used it";
+  EXPECT_TRUE(ends(session->session)) << "the session outlived the only decode actor that used it";
   auto again = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
 }
