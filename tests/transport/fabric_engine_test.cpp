@@ -76,9 +76,35 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
     return r ? *r : fabric::job_result{id, make_error(lserr::timeout, "test wait"), 0};
   }
 
+  // A second target, B, over dst_b_ (64 KiB), known to the initiator as
+  // peer_b_ at region_b_; job `warm_id` (4 KiB from `src_addr`) brings its
+  // connection up. For the tests where one peer fails or stalls and the
+  // other must not.
+  void open_second_target(uint64_t warm_id, uint64_t src_addr) {
+    dst_b_.assign(64 << 10, 0);
+    fabric::fabric_config b_cfg;
+    b_cfg.provider = GetParam();
+    auto bep = fabric::endpoint::open(b_cfg);
+    ASSERT_TRUE(bep) << describe(bep.error());
+    auto breg = (*bep)->register_memory(dst_b_.data(), dst_b_.size(), FI_REMOTE_WRITE);
+    ASSERT_TRUE(breg) << describe(breg.error());
+    region_b_ = {breg->base, breg->length, breg->key};
+    auto b_name = (*bep)->name();
+    auto beng = engine::start(std::move(*bep), engine::role::target, nullptr, 0ms);
+    ASSERT_TRUE(beng) << describe(beng.error());
+    target_b_ = std::move(*beng);
+    auto peer_b = initiator_->add_peer(b_name, {region_b_});
+    ASSERT_TRUE(peer_b) << describe(peer_b.error());
+    peer_b_ = *peer_b;
+    ASSERT_FALSE(initiator_->submit(warm_id, peer_b_, {{src_addr, region_b_.base, 4096}}));
+    auto warm = done_.wait(warm_id, result_wait);
+    ASSERT_TRUE(warm && !warm->status);
+  }
+
   void TearDown() override {
     initiator_.reset();
     target_.reset();
+    target_b_.reset();
   }
 
   // The registered buffers live in the fixture, declared before the engines:
@@ -88,13 +114,16 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
     buf.assign(len, 0);
     return buf;
   }
-  std::vector<uint8_t> src_, dst_;
+  std::vector<uint8_t> src_, dst_, dst_b_;
   test::completions done_; // outlives the engines that call it
   std::vector<uint8_t> target_name_;
   fabric::remote_range region_;
   std::unique_ptr<engine> target_;
   std::unique_ptr<engine> initiator_;
   fabric::peer_index peer_ = 0;
+  fabric::remote_range region_b_;
+  std::unique_ptr<engine> target_b_;
+  fabric::peer_index peer_b_ = 0;
 };
 
 TEST_P(FabricEngine, RandomPageLayoutsOfSeveralLayersLandByteForByte) {
@@ -338,31 +367,17 @@ TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {
   ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, deadline));
   if (IsSkipped())
     return;
-  std::vector<uint8_t> dst_b(64 << 10, 0);
-  fabric::fabric_config b_cfg;
-  b_cfg.provider = GetParam();
-  auto bep = fabric::endpoint::open(b_cfg);
-  ASSERT_TRUE(bep) << describe(bep.error());
-  auto breg = (*bep)->register_memory(dst_b.data(), dst_b.size(), FI_REMOTE_WRITE);
-  ASSERT_TRUE(breg) << describe(breg.error());
-  auto b_name = (*bep)->name();
-  auto beng = engine::start(std::move(*bep), engine::role::target, nullptr, 0ms);
-  ASSERT_TRUE(beng) << describe(beng.error());
-  auto peer_b = initiator_->add_peer(b_name, {{breg->base, breg->length, breg->key}});
-  ASSERT_TRUE(peer_b) << describe(peer_b.error());
   // Both connections are up, then A goes away.
   ASSERT_FALSE(run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}}).status);
   for (size_t i = 0; i < 4096; ++i)
     src[i] = static_cast<uint8_t>(i * 7 + 1);
-  ASSERT_FALSE(initiator_->submit(2, *peer_b, {{test::addr_of(src), breg->base, 4096}}));
-  auto warm = done_.wait(2, result_wait);
-  ASSERT_TRUE(warm && !warm->status);
+  ASSERT_NO_FATAL_FAILURE(open_second_target(2, test::addr_of(src)));
   const auto tail = test::addr_of(src) + (4 << 20);
   for (size_t i = 0; i < 4096; ++i)
     src[(4 << 20) + i] = static_cast<uint8_t>(i * 13 + 5);
   target_.reset();
   ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), 4 << 20}}));
-  ASSERT_FALSE(initiator_->submit(4, *peer_b, {{tail, breg->base + 4096, 4096}}));
+  ASSERT_FALSE(initiator_->submit(4, peer_b_, {{tail, region_b_.base + 4096, 4096}}));
   auto to_a = done_.wait(3, deadline + 5s);
   auto to_b = done_.wait(4, deadline + 5s);
   ASSERT_TRUE(to_a.has_value()) << "the job to the dead peer never ended";
@@ -372,9 +387,8 @@ TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {
               static_cast<unsigned long long>(initiator_->stats().eagain_retries.load()));
   EXPECT_TRUE(to_a->status) << "a write to a closed target reported success";
   EXPECT_FALSE(to_b->status) << "the live peer's job failed: " << describe(to_b->status);
-  EXPECT_EQ(std::memcmp(dst_b.data() + 4096, src.data() + (4 << 20), 4096), 0);
-  EXPECT_EQ(initiator_->peer_failure(*peer_b), "");
-  initiator_.reset(); // before B's target and buffer go
+  EXPECT_EQ(std::memcmp(dst_b_.data() + 4096, src.data() + (4 << 20), 4096), 0);
+  EXPECT_EQ(initiator_->peer_failure(peer_b_), "");
 }
 
 TEST_P(FabricEngine, AStalledPeerLeavesWriteSlotsForTheOthers) {
@@ -402,23 +416,9 @@ TEST_P(FabricEngine, AStalledPeerLeavesWriteSlotsForTheOthers) {
   if (IsSkipped())
     return;
   ASSERT_EQ(initiator_->tx_depth(), 8u);
-  std::vector<uint8_t> dst_b(64 << 10, 0);
-  fabric::fabric_config b_cfg;
-  b_cfg.provider = GetParam();
-  auto bep = fabric::endpoint::open(b_cfg);
-  ASSERT_TRUE(bep) << describe(bep.error());
-  auto breg = (*bep)->register_memory(dst_b.data(), dst_b.size(), FI_REMOTE_WRITE);
-  ASSERT_TRUE(breg) << describe(breg.error());
-  auto b_name = (*bep)->name();
-  auto beng = engine::start(std::move(*bep), engine::role::target, nullptr, 0ms);
-  ASSERT_TRUE(beng) << describe(beng.error());
-  auto peer_b = initiator_->add_peer(b_name, {{breg->base, breg->length, breg->key}});
-  ASSERT_TRUE(peer_b) << describe(peer_b.error());
   // Both connections are up, then A stops its progress (endpoint kept open).
   ASSERT_FALSE(run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}}).status);
-  ASSERT_FALSE(initiator_->submit(2, *peer_b, {{test::addr_of(src), breg->base, 4096}}));
-  auto warm = done_.wait(2, result_wait);
-  ASSERT_TRUE(warm && !warm->status);
+  ASSERT_NO_FATAL_FAILURE(open_second_target(2, test::addr_of(src)));
   const auto tail = test::addr_of(src) + (4 << 20);
   for (size_t i = 0; i < 4096; ++i)
     src[(4 << 20) + i] = static_cast<uint8_t>(i * 11 + 3);
@@ -444,7 +444,7 @@ TEST_P(FabricEngine, AStalledPeerLeavesWriteSlotsForTheOthers) {
   const uint64_t stuck = (initiator_->stats().writes_posted.load() - posted_before) -
                          (initiator_->stats().writes_completed.load() - completed_before);
   ASSERT_GT(stuck, 0u) << "A's writes did not stall: the test would prove nothing";
-  ASSERT_FALSE(initiator_->submit(4, *peer_b, {{tail, breg->base + 4096, 4096}}));
+  ASSERT_FALSE(initiator_->submit(4, peer_b_, {{tail, region_b_.base + 4096, 4096}}));
   auto to_b = done_.wait(4, deadline + 5s);
   auto to_a = done_.wait(3, deadline + 5s);
   ASSERT_TRUE(to_b.has_value()) << "the job to the live peer never ended";
@@ -454,9 +454,8 @@ TEST_P(FabricEngine, AStalledPeerLeavesWriteSlotsForTheOthers) {
               describe(to_a->status).c_str(), describe(to_b->status).c_str());
   EXPECT_LE(stuck, initiator_->tx_depth() / 2) << "one peer held more than half of the slots";
   EXPECT_FALSE(to_b->status) << "the live peer's job failed: " << describe(to_b->status);
-  EXPECT_EQ(std::memcmp(dst_b.data() + 4096, src.data() + (4 << 20), 4096), 0);
-  EXPECT_EQ(initiator_->peer_failure(*peer_b), "");
-  initiator_.reset(); // before B's target and buffer go
+  EXPECT_EQ(std::memcmp(dst_b_.data() + 4096, src.data() + (4 << 20), 4096), 0);
+  EXPECT_EQ(initiator_->peer_failure(peer_b_), "");
 }
 
 TEST_P(FabricEngine, StoppingWithWritesInFlightAnswersEveryJobOnceAndReturnsPromptly) {
