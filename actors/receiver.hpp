@@ -23,9 +23,9 @@
 // Known limit (README.md, "Known limits"): a timed-out request settles too,
 // and nothing tells the prefill rank to stop, so a write of that room still
 // queued or in flight there (or one its engine gave up on at its own
-// deadline, on a stalled link) can land in a page given to another room. Every prefill scheduler is
-// monitored; once one is down, its waiting rooms fail and new rooms fail at
-// once.
+// deadline, on a stalled link) can land in a page given to another room.
+// Every prefill scheduler is monitored; once one is down, its waiting rooms
+// fail and new rooms fail at once.
 //
 // Lifecycle: the caller owns the kv_pool (it must outlive the actor) and the
 // fabric endpoint behind `decode_pool::peer`; the receiver owns the page

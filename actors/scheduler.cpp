@@ -15,12 +15,6 @@ namespace {
 
 using self_ptr = scheduler_full_actor::stateful_pointer<scheduler_state>;
 
-/// How long a finish request waits: past the manager's own wait on the
-/// context, so the context's reason arrives first (common/deadlines.hpp).
-caf::timespan finish_wait(const timeouts_config& t) {
-  return scheduler_finish_wait(t.room);
-}
-
 uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
   return tokens / page_size + (tokens % page_size != 0 ? 1 : 0); // no overflow near 2^64
 }
@@ -249,7 +243,7 @@ void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>
     auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes) {
       chunk_settled(self, batch, room, reason, bytes);
     };
-    self->request(st.manager, finish_wait(st.cfg.timeouts), finish{room})
+    self->request(st.manager, scheduler_finish_wait(st.cfg.timeouts.room), finish{room})
         .then([settle](const finish_result& res) { settle(res.bytes); },
               [settle](caf::error&) { settle(0); });
   }
@@ -283,7 +277,7 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
     }
     auto& rs = i->second;
     if (rs.per_layer) {
-      self->request(st.manager, finish_wait(st.cfg.timeouts), finish{room})
+      self->request(st.manager, scheduler_finish_wait(st.cfg.timeouts.room), finish{room})
           .then([self, batch = msg.batch, room, chunk = chunks[k]](
                     const finish_result& res) { on_finish_result(self, batch, room, chunk, res); },
                 [self, batch = msg.batch, room](caf::error& err) {

@@ -483,12 +483,6 @@ uint16_t parse_port(std::string_view s) {
   return port >= 1 && port <= 65535 ? static_cast<uint16_t>(port) : 0;
 }
 
-/// "" if `endpoint` is "host:port" (host may be "[v6]"), else why not.
-std::string check_endpoint(std::string_view endpoint) {
-  auto parts = split_endpoint(endpoint);
-  return std::holds_alternative<std::string>(parts) ? std::get<std::string>(parts) : "";
-}
-
 template <class Range>
 std::string one_of(const Range& names) {
   std::string out;
@@ -663,9 +657,10 @@ void check_general(const deployment_config& c, const std::string& file) {
   }
 
   for (size_t i = 0; i < c.decode.prefill.size(); ++i)
-    if (auto why = check_endpoint(c.decode.prefill[i]); !why.empty())
+    if (auto parts = split_endpoint(c.decode.prefill[i]);
+        auto* why = std::get_if<std::string>(&parts))
       refuse(file, "decode.prefill[" + std::to_string(i) + "]",
-             "expected \"host:port\", got " + quoted(c.decode.prefill[i]) + ": " + why);
+             "expected \"host:port\", got " + quoted(c.decode.prefill[i]) + ": " + *why);
   // One entry per CP rank: a repeated endpoint would connect to one rank twice
   // and leave another rank's slice of every room unwritten.
   for (size_t i = 0; i < c.decode.prefill.size(); ++i)
