@@ -13,14 +13,14 @@ namespace {
 
 using self_ptr = context_actor::stateful_pointer<context_state>;
 
-/// Records the room's first failure; later ones only log.
+/// Records the room's first failure (or a writes_in_flight one, which decode
+/// must see); later ones only log.
 void fail(room_pipeline& rp, caf::error err) {
-  if (!rp.failure) {
-    LS_WARN("room {}: failed: {}", rp.req.room, describe(err));
-    rp.failure = std::move(err);
-  } else {
-    LS_DEBUG("room {}: further failure ignored: {}", rp.req.room, describe(err));
-  }
+  auto text = describe(err);
+  if (keep_failure(rp.failure, std::move(err)))
+    LS_WARN("room {}: failed: {}", rp.req.room, text);
+  else
+    LS_DEBUG("room {}: further failure ignored: {}", rp.req.room, text);
 }
 
 /// The verdict once nothing is outstanding: success only if every layer
@@ -92,8 +92,9 @@ struct peer_group {
 /// Sends one group: a plain submit for a single room, else one submit_batch.
 void send_group(self_ptr self, uint32_t layer, peer_group& g) {
   auto& st = self->state;
+  // No answer from the transport: the writes may still be queued or posted.
   auto transfer_error = [layer](const caf::error& request_err) {
-    return make_error(lserr::transfer_failed,
+    return make_error(lserr::writes_in_flight,
                       "submit of layer " + std::to_string(layer) + ": " + describe(request_err));
   };
   if (g.rooms.size() == 1) {
@@ -257,16 +258,20 @@ void on_finish_deadline(self_ptr self, const finish_deadline& msg) {
   if (rp.outstanding == 0)
     return;
   std::string stuck;
+  bool submitted = false;
   for (size_t l = 0; l < rp.layers.size(); ++l) {
     auto& phase = rp.layers[l];
     if (phase == layer_phase::waiting_event || phase == layer_phase::submitted) {
+      submitted = submitted || phase == layer_phase::submitted;
       stuck += (stuck.empty() ? "" : ", ") + std::to_string(l) +
                (phase == layer_phase::waiting_event ? " (event)" : " (submit)");
       phase = layer_phase::failed;
     }
   }
   rp.outstanding = 0;
-  fail(rp, make_error(lserr::timeout, "layers still outstanding at the finish deadline: " + stuck));
+  // A submitted layer's writes are still with the transport: they may land.
+  fail(rp, make_error(submitted ? lserr::writes_in_flight : lserr::timeout,
+                      "layers still outstanding at the finish deadline: " + stuck));
   try_answer(rp);
 }
 

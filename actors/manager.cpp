@@ -121,7 +121,8 @@ manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manage
                   [self, room](caf::error& err) {
                     settle(self, finish_result{
                                      room,
-                                     make_error(lserr::timeout,
+                                     // Its writes may still be in flight.
+                                     make_error(lserr::writes_in_flight,
                                                 "finish: context did not answer: " + describe(err)),
                                      0, 0});
                   });

@@ -67,9 +67,9 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
 void try_start_batch(self_ptr self);
 
 /// Why a queued room must not start another chunk, if it must not: decode
-/// fails the room and may reuse its pages timeouts.room after it asked, so a
-/// chunk starts only while its forward (model.layers x layer_compute) and a
-/// tenth of the room's time for the writes after it still fit in that time.
+/// fails the room timeouts.room after it asked, so a chunk starts only while
+/// its forward (model.layers x layer_compute) and a tenth of the room's time
+/// for the writes after it still fit in that time.
 /// (Not a whole timeouts.submit: that is a write's deadline, not its
 /// expected time, and would refuse rooms that finish with seconds to spare.)
 /// A start is never cut below half the room's time, whatever the shape says.
@@ -156,9 +156,9 @@ void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
     if (trace)
       trace->span("layer " + std::to_string(layer) + (status ? " failed" : ""), "transfer", rank,
                   room, t0, steady_ns());
-    if (status && !p->status)
-      p->status = std::move(status);
-    else if (!status)
+    if (status)
+      keep_failure(p->status, std::move(status));
+    else
       p->bytes += bytes;
     if (--p->left == 0)
       chunk_settled(self, batch_id, room, p->status, p->bytes);
@@ -166,8 +166,7 @@ void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
   for (auto layer : layers) {
     submit msg{room, layer, peer, {}};
     if (auto err = append_layer_blocks(plan, ptrs, layer, msg.blocks)) {
-      if (!p->status)
-        p->status = std::move(err);
+      keep_failure(p->status, std::move(err));
       if (--p->left == 0)
         chunk_settled(self, batch_id, room, p->status, p->bytes);
       continue;
@@ -178,10 +177,11 @@ void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
     self->request(st.transport, submit_request_wait(st.cfg.timeouts.submit), std::move(msg))
         .then([done, layer, t0](const submit_done& res) { done(layer, t0, res.status, res.bytes); },
               [done, layer, t0](caf::error& err) {
+                // No answer from the transport: the writes may still land.
                 done(layer, t0,
-                     make_error(lserr::transfer_failed, "bulk submit of layer " +
-                                                            std::to_string(layer) + ": " +
-                                                            describe(err)),
+                     make_error(lserr::writes_in_flight, "bulk submit of layer " +
+                                                             std::to_string(layer) + ": " +
+                                                             describe(err)),
                      0);
               });
   }
@@ -240,12 +240,19 @@ void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>
       chunk_settled(self, msg.batch, room, reason, 0);
       continue;
     }
-    auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes) {
-      chunk_settled(self, batch, room, reason, bytes);
+    // The forward's reason, unless writes of the room may still land.
+    auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes, const caf::error& other) {
+      auto status = is(other, lserr::writes_in_flight)
+                        ? make_error(lserr::writes_in_flight,
+                                     message_of(reason) + "; and " + message_of(other))
+                        : reason;
+      chunk_settled(self, batch, room, std::move(status), bytes);
     };
     self->request(st.manager, scheduler_finish_wait(st.cfg.timeouts.room), finish{room})
-        .then([settle](const finish_result& res) { settle(res.bytes); },
-              [settle](caf::error&) { settle(0); });
+        .then([settle](const finish_result& res) { settle(res.bytes, res.status); },
+              [settle](caf::error& err) {
+                settle(0, make_error(lserr::writes_in_flight, "finish: " + describe(err)));
+              });
   }
 }
 
@@ -281,8 +288,9 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
           .then([self, batch = msg.batch, room, chunk = chunks[k]](
                     const finish_result& res) { on_finish_result(self, batch, room, chunk, res); },
                 [self, batch = msg.batch, room](caf::error& err) {
+                  // No answer: the room's writes may still be in flight.
                   chunk_settled(self, batch, room,
-                                make_error(lserr::transfer_failed, "finish: " + describe(err)), 0);
+                                make_error(lserr::writes_in_flight, "finish: " + describe(err)), 0);
                 });
     } else {
       auto [first, last] = chunks[k];
@@ -368,8 +376,12 @@ void try_start_batch(self_ptr self) {
                 return;
               auto rooms = b->second.rooms;
               s.batches.erase(b);
+              // Unanswered, the manager may have set the contexts up after
+              // all, and they would write: decode must keep the pages.
+              const auto code =
+                  err == caf::sec::request_timeout ? lserr::writes_in_flight : lserr::bad_input;
               for (auto room : rooms)
-                settle_room(self, room, make_error(lserr::bad_input, "setup: " + describe(err)));
+                settle_room(self, room, make_error(code, "setup: " + describe(err)));
               try_start_batch(self);
             });
 }

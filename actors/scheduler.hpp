@@ -81,8 +81,8 @@ struct prefill_room {
   uint64_t bytes = 0;
   /// Set while a chunk is in a batch (forward or transfer).
   bool busy = false;
-  /// When its transfer_info arrived: decode gives up on the room
-  /// timeouts.room after it sent it.
+  /// When its transfer_info arrived: decode fails the room timeouts.room
+  /// after it sent it.
   std::chrono::steady_clock::time_point arrived;
 };
 

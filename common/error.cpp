@@ -37,6 +37,8 @@ const char* to_string(lserr code) {
     return "cancelled";
   case lserr::unauthorized:
     return "unauthorized";
+  case lserr::writes_in_flight:
+    return "writes_in_flight";
   }
   return "unknown";
 }
@@ -67,6 +69,15 @@ std::string message_of(const caf::error& err) {
 bool is(const caf::error& err, lserr code) {
   // code() and category() require an error (CAF 0.17 dereferences without a check).
   return err && err.category() == caf::atom("lserr") && err.code() == static_cast<uint8_t>(code);
+}
+
+bool keep_failure(caf::error& kept, caf::error err) {
+  if (!err || (kept && (is(kept, lserr::writes_in_flight) || !is(err, lserr::writes_in_flight))))
+    return false;
+  if (kept) // the first failure's reason stays in the text
+    err = make_error(lserr::writes_in_flight, message_of(err) + " (after " + describe(kept) + ")");
+  kept = std::move(err);
+  return true;
 }
 
 } // namespace layerstream

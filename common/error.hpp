@@ -47,6 +47,10 @@ enum class lserr : uint8_t {
   cancelled,
   /// A control-plane peer did not prove the cluster token (missing or wrong).
   unauthorized,
+  /// Failed while writes were still handed over (posted to the provider, or
+  /// queued at the transport) and unanswered: they may still land at decode,
+  /// so decode must not reuse the room's pages while this rank is up.
+  writes_in_flight,
 };
 
 /// Stable lower-case name of an error code.
@@ -64,6 +68,11 @@ std::string message_of(const caf::error& err);
 
 /// True if `err` is a layerstream error with `code`.
 bool is(const caf::error& err, lserr code);
+
+/// Keeps the first failure in `kept`, except that a writes_in_flight failure
+/// replaces any other (whose text it then carries): it is the one decode must
+/// see to keep its pages. True if `err` was kept.
+bool keep_failure(caf::error& kept, caf::error err);
 
 } // namespace layerstream
 

@@ -97,6 +97,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<open_room>("layerstream::open_room");
   cfg.add_message_type<room_result>("layerstream::room_result");
   cfg.add_message_type<close_room>("layerstream::close_room");
+  cfg.add_message_type<room_deadline>("layerstream::room_deadline");
   cfg.add_message_type<room_status_query>("layerstream::room_status_query");
   cfg.add_message_type<room_status>("layerstream::room_status");
   cfg.add_message_type<auth_hello>("layerstream::auth_hello");

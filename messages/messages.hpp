@@ -556,6 +556,21 @@ typename Inspector::result_type inspect(Inspector& f, close_room& x) {
   return inspect_fields(f, caf::meta::type_name("close_room"), x.room);
 }
 
+/// receiver -> itself: `room` (its open number `serial`, which tells a reused
+/// room id apart) reached timeouts.room_ms without every rank's answer.
+struct room_deadline {
+  room_id room = 0;
+  uint64_t serial = 0;
+  friend bool operator==(const room_deadline& a, const room_deadline& b) {
+    return a.room == b.room && a.serial == b.serial;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_deadline& x) {
+  return inspect_fields(f, caf::meta::type_name("room_deadline"), x.room, x.serial);
+}
+
 /// anyone -> receiver: where does `room` stand? Answered with room_status,
 /// or unknown_room.
 struct room_status_query {

@@ -65,9 +65,16 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
         if (self->state.senders.insert(caf::actor_cast<caf::actor_addr>(sender)).second)
           self->monitor(sender);
         auto rp = self->make_response_promise<kv_ready>();
+        auto room = info.room;
         self->request(scheduler, timeout, std::move(info))
             .then([rp](kv_ready& res) mutable { rp.deliver(std::move(res)); },
-                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+                  [rp, room](caf::error& err) mutable {
+                    // The scheduler may still be writing the room: decode
+                    // must keep its pages (actors/receiver.hpp).
+                    rp.deliver(make_error(lserr::writes_in_flight,
+                                          "prefill scheduler did not answer room " +
+                                              std::to_string(room) + ": " + describe(err)));
+                  });
         return rp;
       },
   };

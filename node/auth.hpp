@@ -60,7 +60,9 @@ struct gate_config {
   std::string token;
   /// The rank's scheduler; sessions forward to it.
   scheduler_actor scheduler;
-  /// How long a session waits for the scheduler's kv_ready (at least a room's timeout).
+  /// How long a session waits for the scheduler's kv_ready
+  /// (session_answer_wait, common/deadlines.hpp); past it, it answers
+  /// writes_in_flight.
   caf::timespan session_timeout = std::chrono::seconds(120);
   /// How long a challenge stays good.
   caf::timespan challenge_ttl = std::chrono::seconds(10);

@@ -136,6 +136,7 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(room_result{1, make_error(lserr::bad_input, "bytes differ"), 3, true, 4, 5});
   round_trip(close_room{1});
   round_trip(room_status_query{1});
+  round_trip(room_deadline{2, 9});
   round_trip(room_status{1, room_state::failed, "why"});
 }
 
@@ -226,6 +227,20 @@ CAF_TEST(no error is none of the codes and describes itself as ok) {
   CAF_CHECK(!is(none, lserr::none));
   CAF_CHECK_EQUAL(describe(none), "ok");
   CAF_CHECK_EQUAL(message_of(none), "ok");
+}
+
+CAF_TEST(the first failure is kept unless a later one says writes may still land) {
+  caf::error kept;
+  CAF_CHECK(!keep_failure(kept, caf::error{}));
+  CAF_CHECK(!kept);
+  CAF_CHECK(keep_failure(kept, make_error(lserr::timeout, "first")));
+  CAF_CHECK(!keep_failure(kept, make_error(lserr::transfer_failed, "second")));
+  CAF_CHECK_EQUAL(message_of(kept), "first");
+  // Decode keeps its pages only if it hears writes_in_flight: it wins.
+  CAF_CHECK(keep_failure(kept, make_error(lserr::writes_in_flight, "third")));
+  CAF_CHECK(!keep_failure(kept, make_error(lserr::writes_in_flight, "fourth")));
+  CAF_CHECK(!keep_failure(kept, make_error(lserr::timeout, "fifth")));
+  CAF_CHECK_EQUAL(describe(kept), "writes_in_flight: third (after timeout: first)");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -325,7 +325,9 @@ void engine::run() {
     wait_for_work();
   }
   // Shutdown: nothing more is posted or read. Every job still here is
-  // reported as cancelled; fids close in ~engine after the join.
+  // reported as cancelled (writes_in_flight if some of its writes were
+  // posted: closing the endpoint does not recall what the kernel already
+  // holds); fids close in ~engine after the join.
   {
     std::lock_guard<std::mutex> queue{queue_mutex_};
     accepting_ = false;
@@ -338,11 +340,11 @@ void engine::run() {
   for (auto& j : active_) {
     if (j->reported)
       continue;
-    if (!j->status)
-      j->status = make_error(lserr::cancelled,
-                             "engine stopped with " + std::to_string(outstanding) +
-                                 " writes in flight; job had " + std::to_string(j->bytes_done) +
-                                 " of " + std::to_string(j->bytes_total) + " bytes complete");
+    keep_failure(j->status,
+                 make_error(j->in_flight > 0 ? lserr::writes_in_flight : lserr::cancelled,
+                            "engine stopped with " + std::to_string(outstanding) +
+                                " writes in flight; job had " + std::to_string(j->bytes_done) +
+                                " of " + std::to_string(j->bytes_total) + " bytes complete"));
     j->reported = true;
     if (on_done_)
       on_done_(job_result{j->id, j->status, j->bytes_done});
@@ -410,10 +412,11 @@ int engine::read_cq() {
                provider_, text, in_flight_);
       for (auto& j : active_)
         if (!j->reported && j->in_flight > 0) {
+          // Its other writes are still posted: they may land.
           fail_job(*j,
-                   make_error(lserr::transfer_failed, "write to peer " +
-                                                          std::to_string(j->peer_idx) +
-                                                          " failed (" + provider_ + "): " + text),
+                   make_error(lserr::writes_in_flight, "write to peer " +
+                                                           std::to_string(j->peer_idx) +
+                                                           " failed (" + provider_ + "): " + text),
                    true);
           j->reported = true;
           if (on_done_)
@@ -564,9 +567,10 @@ void engine::check_deadlines(clock_type::time_point now) {
     // refused with EAGAIN). A job that never got a write slot (others held
     // them, or its peer had its share) fails, but leaves its peer usable.
     const bool peer_stalled = j.in_flight > 0 || j.saw_eagain;
+    // Writes still posted are not revoked: they may land later.
     fail_job(j,
              make_error(
-                 lserr::timeout,
+                 j.in_flight > 0 ? lserr::writes_in_flight : lserr::timeout,
                  "write job to peer " + std::to_string(j.peer_idx) + " (" + provider_ +
                      ") not delivery-complete after " + std::to_string(ms) +
                      " ms: " + std::to_string(j.bytes_done) + " of " +
@@ -630,8 +634,7 @@ void engine::wait_for_work() {
 }
 
 void engine::fail_job(job& j, caf::error err, bool mark_peer) {
-  if (!j.status)
-    j.status = std::move(err);
+  keep_failure(j.status, std::move(err)); // writes_in_flight wins over an earlier reason
   if (mark_peer)
     mark_failed(*j.peer, describe(j.status));
 }

@@ -6,9 +6,10 @@
 //
 // Lifecycle: start() takes the endpoint and starts the worker thread;
 // add_peer()/submit() from any thread; stop() (or the destructor) fails every
-// queued and in-flight job with lserr::cancelled through the callback, joins
-// the thread, then closes the fids (endpoint order). Registered memory must
-// outlive the engine.
+// queued job with lserr::cancelled and every job with writes posted with
+// lserr::writes_in_flight through the callback, joins the thread; the fids
+// close (endpoint order) in the destructor. Registered memory must outlive
+// the engine.
 //
 // Threading: every libfabric call on the endpoint happens under
 // `fabric_mutex_`, which the worker holds while posting and reading the CQ
@@ -103,8 +104,9 @@ class engine {
   engine& operator=(const engine&) = delete;
   ~engine();
 
-  /// Fails what is queued or in flight (lserr::cancelled), joins the worker,
-  /// closes the endpoint. Idempotent.
+  /// Fails what is queued (lserr::cancelled) or has writes posted
+  /// (lserr::writes_in_flight) and joins the worker; the endpoint closes in
+  /// the destructor. Idempotent.
   void stop();
 
   // Immutable facts of the endpoint (valid until destruction).
