@@ -5,6 +5,7 @@
 #include <caf/sec.hpp>
 #include <caf/send.hpp>
 
+#include "common/deadlines.hpp"
 #include "common/log.hpp"
 
 namespace layerstream {
@@ -12,6 +13,8 @@ namespace layerstream {
 receiver_config make_receiver_config(const deployment_config& dep) {
   receiver_config cfg;
   cfg.room_timeout = dep.timeouts.room;
+  cfg.answer_wait = decode_answer_wait(dep.timeouts.room, dep.timeouts.submit,
+                                       forward_time(dep.model.layers, dep.model.layer_compute));
   cfg.corrupt_rooms = dep.workload.corrupt_rooms;
   return cfg;
 }
@@ -91,13 +94,13 @@ void complete_room(self_ptr self, room_id room, room_entry& entry) {
   publish(self, room, entry);
 }
 
-/// A failed room's pages go back once no request for it is out; a closed
-/// failed room is then forgotten.
+/// A failed room's pages go back once no rank may still write into them (no
+/// request out, no rank silent or lost); a closed failed room is then forgotten.
 void settle(self_ptr self, room_id room) {
   auto& st = self->state;
   auto i = st.rooms.find(room);
   auto& entry = i->second;
-  if (entry.state != room_state::failed || entry.outstanding > 0)
+  if (entry.state != room_state::failed || entry.outstanding > 0 || entry.held > 0)
     return;
   if (!entry.pages.empty()) {
     st.pages->release(entry.pages);
@@ -115,18 +118,29 @@ caf::error rank_error(uint32_t rank, const caf::error& status) {
   return make_error(code, "prefill rank " + std::to_string(rank) + ": " + message_of(status));
 }
 
+std::string ms_of(caf::timespan d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+}
+
 caf::error request_error(uint32_t rank, room_id room, caf::timespan timeout,
                          const caf::error& err) {
   auto who = "prefill rank " + std::to_string(rank);
   if (err == caf::sec::request_timeout)
-    return make_error(
-        lserr::timeout,
-        who + " did not answer room " + std::to_string(room) + " within " +
-            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
-            " ms");
+    return make_error(lserr::timeout, who + " did not answer room " + std::to_string(room) +
+                                          " within " + ms_of(timeout));
   if (err == caf::sec::request_receiver_down)
     return make_error(lserr::peer_lost, who + " is down: " + describe(err));
   return make_error(lserr::transfer_failed, who + ": " + describe(err));
+}
+
+/// `rank` may still write into the room's pages: they are not reused while
+/// this receiver runs (leaking them is safe, reusing them is not).
+void hold_pages(room_id room, room_entry& entry, uint32_t rank, const std::string& why) {
+  entry.ranks[rank] = rank_phase::silent;
+  ++entry.held;
+  LS_ERROR("receiver: room {}: prefill rank {} {}; its writes may still land, so the room's {} "
+           "pages stay held for as long as this receiver runs",
+           room, rank, why, entry.pages.size());
 }
 
 /// One rank's answer (kv_ready or a request error) for one room.
@@ -141,9 +155,21 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
   auto& phase = entry.ranks[rank];
   if (phase != rank_phase::pending) {
     LS_DEBUG("receiver: room {}: late answer of prefill rank {} ignored", room, rank);
+  } else if (ready == nullptr && request_err == caf::sec::request_timeout) {
+    // Up, and silent long after the room's deadline (a stopped process, a
+    // lost message): its writes may still come, into these pages.
+    hold_pages(room, entry, rank, "has not answered in " + ms_of(st.cfg.answer_wait));
+    fail_room(self, room, entry, request_error(rank, room, st.cfg.answer_wait, request_err));
   } else if (ready == nullptr) {
+    // Not delivered (refused by its session, or it was already down): no write.
     phase = rank_phase::failed;
     fail_room(self, room, entry, request_error(rank, room, st.cfg.room_timeout, request_err));
+  } else if (is(ready->status, lserr::writes_in_flight)) {
+    // It gave up on writes it had handed over: they may still land here.
+    // (Checked before the room and rank: even a stray answer's writes may land.)
+    hold_pages(room, entry, rank, "gave up on writes in flight");
+    entry.bytes += ready->bytes;
+    fail_room(self, room, entry, rank_error(rank, ready->status));
   } else if (ready->room != room || ready->cp_rank != rank) {
     phase = rank_phase::failed;
     fail_room(self, room, entry,
@@ -237,7 +263,7 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
     auto to_rank = info;
     if (rank < st.cfg.session_keys.size())
       to_rank.session_key = st.cfg.session_keys[rank];
-    self->request(st.prefill[rank], st.cfg.room_timeout, std::move(to_rank))
+    self->request(st.prefill[rank], st.cfg.answer_wait, std::move(to_rank))
         .then(
             [self, room, serial, rank](const kv_ready& ready) {
               on_answer(self, room, serial, rank, &ready, caf::error{});
@@ -246,7 +272,33 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
               on_answer(self, room, serial, rank, nullptr, err);
             });
   }
+  self->delayed_send(self, st.cfg.room_timeout, room_deadline{room, serial});
   return entry.reply;
+}
+
+/// timeouts.room_ms since open: the room fails if a rank has not answered.
+/// Its pages stay held: those ranks may still be writing (settle).
+void on_room_deadline(self_ptr self, const room_deadline& msg) {
+  auto& st = self->state;
+  if (self->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(self))
+    return; // only its own timer may fail a room early
+  auto i = st.rooms.find(msg.room);
+  if (i == st.rooms.end() || i->second.serial != msg.serial)
+    return; // closed and forgotten, or the id now names a later room
+  auto& entry = i->second;
+  if (entry.state != room_state::waiting && entry.state != room_state::transferring)
+    return;
+  std::string pending;
+  for (uint32_t rank = 0; rank < entry.ranks.size(); ++rank)
+    if (entry.ranks[rank] == rank_phase::pending)
+      pending += (pending.empty() ? "" : ", ") + std::to_string(rank);
+  auto who = pending.find(',') == std::string::npos ? "prefill rank " : "prefill ranks ";
+  fail_room(self, msg.room, entry,
+            make_error(lserr::timeout, who + pending + " did not answer room " +
+                                           std::to_string(msg.room) + " within " +
+                                           ms_of(st.cfg.room_timeout)));
+  LS_DEBUG("receiver: room {}: {} pages held until {}{} answer", msg.room, entry.pages.size(), who,
+           pending);
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {
@@ -260,9 +312,11 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
     for (auto& [room, entry] : st.rooms) {
       if (entry.ranks[rank] != rank_phase::pending)
         continue;
+      // "Down" is the control plane's verdict: a rank only stopped or cut
+      // off may resume and still write. The pages stay held; with a rank
+      // lost this receiver opens no room any more anyway.
       entry.ranks[rank] = rank_phase::lost;
-      // Its request stays out until it is answered or times out: only then
-      // may the pages of a failed room be reused.
+      ++entry.held;
       fail_room(self, room, entry,
                 make_error(lserr::peer_lost,
                            "prefill rank " + std::to_string(rank) + " lost: " + reason));
@@ -310,6 +364,7 @@ receiver_actor::behavior_type receiver_impl(receiver_actor::stateful_pointer<rec
         return room_status{msg.room, entry.state,
                            entry.failure ? describe(entry.failure) : std::string{}};
       },
+      [self](const room_deadline& msg) { on_room_deadline(self, msg); },
       [self](const close_room& msg) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         auto i = st.rooms.find(msg.room);

@@ -3,10 +3,12 @@
 //
 // Protocol:
 //   open_room{room, prompt_tokens}  from the decode driver: allocate the
-//                        room's pages, send transfer_info (a request bounded
-//                        by room_timeout) to EVERY prefill rank; answered with
-//                        room_result once every rank answered kv_ready{ok}
-//                        (and the bytes check out) or the room failed
+//                        room's pages, send transfer_info to EVERY prefill
+//                        rank; answered with room_result once every rank
+//                        answered kv_ready{ok} (and the bytes check out) or
+//                        the room failed, at room_timeout at the latest
+//   room_deadline{room, serial}  to itself at room_timeout: fails the room if
+//                        a rank has not answered yet
 //   room_status_query{room}  answered with room_status (waiting,
 //                        transferring, complete, failed) and the reason
 //   close_room{room}     decode consumed a finished room: its pages go back
@@ -17,13 +19,19 @@
 // pool matches kv_pattern (else it fails with "bytes differ": decode never
 // reports complete for a room with a missing byte). The first failure (a
 // kv_ready error, a request error or timeout, a prefill scheduler going
-// down) fails the room with a reason naming the rank. A failed room's pages
-// return to the allocator only once every rank's request has settled
-// (answered or timed out); a complete room's pages return on close_room.
-// Known limit (README.md, "Known limits"): a timed-out request settles too,
-// and nothing tells the prefill rank to stop, so a write of that room still
-// queued or in flight there (or one its engine gave up on at its own
-// deadline, on a stalled link) can land in a page given to another room.
+// down, room_timeout) fails the room with a reason naming the rank.
+//
+// Pages of a failed room: a rank that has not answered may still be writing
+// into them (decode's room_timeout does not stop it), so they return to the
+// allocator only once every rank that got the transfer_info answered it
+// without lserr::writes_in_flight (a rank answers only when its writes for
+// the room have ended, or with writes_in_flight when it gave up on some, e.g.
+// on a stalled link at its engine's deadline). A rank that answers
+// writes_in_flight, stays silent past `answer_wait` (decode_answer_wait,
+// common/deadlines.hpp; a stopped process) or goes down before answering
+// ("down" is the control plane's verdict: a stopped or cut-off rank may
+// resume) holds the pages for as long as the receiver runs: leaking them is
+// safe, reusing them is not. A complete room's pages return on close_room.
 // Every prefill scheduler is monitored; once one is down, its waiting rooms
 // fail and new rooms fail at once.
 //
@@ -61,7 +69,8 @@ namespace layerstream {
 
 using receiver_actor = caf::typed_actor<caf::replies_to<open_room>::with<room_result>,
                                         caf::replies_to<room_status_query>::with<room_status>,
-                                        caf::replies_to<close_room>::with<caf::ok_atom>>;
+                                        caf::replies_to<close_room>::with<caf::ok_atom>,
+                                        caf::reacts_to<room_deadline>>;
 
 /// The decode KV pool as the receiver uses it; neither is owned.
 struct decode_pool {
@@ -72,8 +81,11 @@ struct decode_pool {
 };
 
 struct receiver_config {
-  /// Bound on each transfer_info request, i.e. on a room from open to kv_ready.
+  /// Bound on a room from open to every rank's kv_ready.
   caf::timespan room_timeout = std::chrono::seconds(60);
+  /// Bound on each transfer_info request (decode_answer_wait,
+  /// common/deadlines.hpp): a rank silent past it holds the pages for good.
+  caf::timespan answer_wait = std::chrono::seconds(240);
   /// Check a room's bytes against kv_pattern before reporting it complete.
   bool verify = true;
   /// Optional: gets a copy of every room_result (a room is ready to decode).
@@ -94,8 +106,11 @@ receiver_config make_receiver_config(const deployment_config& dep);
 enum class rank_phase : uint8_t {
   pending, // transfer_info sent, no answer yet
   ready,   // kv_ready with success
-  failed,  // kv_ready with an error, or the request failed or timed out
-  lost,    // the rank went down while pending (its request is still out)
+  failed,  // kv_ready with an error (none of its writes left), or the
+           // request was not delivered
+  lost,    // the rank went down while pending: it may still write
+  silent,  // its request timed out, or it answered writes_in_flight: it may
+           // still write
 };
 
 struct receiver_state {
@@ -112,6 +127,8 @@ struct receiver_state {
     uint32_t ready = 0;
     /// transfer_info requests not yet answered or timed out.
     uint32_t outstanding = 0;
+    /// Ranks silent or lost: they may still write, so the pages stay held.
+    uint32_t held = 0;
     uint64_t bytes = 0;
     caf::error failure;
     bool bit_exact = false;

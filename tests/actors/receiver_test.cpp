@@ -13,9 +13,10 @@ namespace {
 
 /// How a fake prefill rank answers transfer_info.
 enum class answer {
-  ok,   // write the rank's slice (if `write`), then kv_ready{ok}
-  fail, // kv_ready with a scripted failure
-  hold, // nothing until the test sends {release_atom, room}; then as `ok`
+  ok,        // write the rank's slice (if `write`), then kv_ready{ok}
+  fail,      // kv_ready with a scripted failure
+  in_flight, // kv_ready failing with writes_in_flight (writes given up on)
+  hold,      // nothing until the test sends {release_atom, room}; then as `ok`
 };
 
 /// What the fake prefill ranks do and what they saw (test thread only).
@@ -50,6 +51,8 @@ kv_ready write_slice(prefill_script& script, uint32_t rank, const transfer_info&
 kv_ready answer_for(prefill_script& script, uint32_t rank, const transfer_info& info) {
   if (script.mode[rank] == answer::fail)
     return kv_ready{info.room, rank, make_error(lserr::transfer_failed, "scripted failure"), 0};
+  if (script.mode[rank] == answer::in_flight)
+    return kv_ready{info.room, rank, make_error(lserr::writes_in_flight, "scripted give-up"), 0};
   return write_slice(script, rank, info);
 }
 
@@ -117,6 +120,7 @@ struct receiver_fixture : test_coordinator_fixture<receiver_test_config> {
     peer.address = {1, 2, 3};
     peer.regions.push_back({reinterpret_cast<uint64_t>(pool->base()), pool->bytes(), 0x42});
     cfg.room_timeout = std::chrono::seconds(5);
+    cfg.answer_wait = std::chrono::seconds(20);
   }
 
   ~receiver_fixture() override {
@@ -307,8 +311,86 @@ CAF_TEST(a rank that never answers fails the room at the room timeout) {
   CAF_CHECK_EQUAL(res.bytes, room_bytes(2)); // rank 0's two pages
   CAF_CHECK_EQUAL(std::chrono::nanoseconds(res.finished_ns - res.started_ns), cfg.room_timeout);
   CAF_CHECK_EQUAL(state_of(21), "failed");
-  // The timed-out request settled the room: its pages are free again.
+  // Rank 1 may still be writing: the pages stay held until it answers.
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  advance_time(cfg.room_timeout * 2);
+  sched.run();
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  // It answers late (its writes ended): the pages come back; the room stays
+  // failed and the subscriber hears nothing more.
+  release(1, 21);
   CAF_CHECK_EQUAL(free_pages(), pool_pages);
+  CAF_CHECK_EQUAL(state_of(21), "failed");
+  CAF_CHECK_EQUAL(results->size(), 1u);
+}
+
+CAF_TEST(a rank silent past the answer wait holds the pages for good) {
+  spawn({answer::hold, answer::hold});
+  open(22, 8); // pages 0-1
+  release(0, 22);
+  advance_time(cfg.room_timeout);
+  sched.run();
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  CAF_CHECK(mentions(results->front().status, "prefill rank 1 did not answer room 22"));
+  // The request to rank 1 times out, with rank 1 still up: it may still
+  // write, so the pages are neither reused nor lost track of.
+  advance_time(cfg.answer_wait - cfg.room_timeout);
+  sched.run();
+  CAF_CHECK_EQUAL(state_of(22), "failed");
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  CAF_CHECK(!close(22));
+  CAF_CHECK_EQUAL(state_of(22), "failed"); // closed, still held
+  auto other = open(23, 4);
+  release(0, 23);
+  release(1, 23);
+  CAF_CHECK(!reply_of(other).status);
+  CAF_CHECK_EQUAL(script->received.back().second.dst_pages, std::vector<uint64_t>({2}));
+  CAF_CHECK(!close(23));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  // Down is the control plane's verdict, not proof that it stopped writing
+  // (a stopped process resumes): the pages stay held.
+  self->send_exit(ranks[1], caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  CAF_CHECK_EQUAL(state_of(22), "failed");
+}
+
+CAF_TEST(a rank that gave up on writes in flight holds the pages for good) {
+  spawn({answer::ok, answer::in_flight});
+  open(25, 8); // pages 0-1
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  CAF_CHECK(is(results->front().status, lserr::writes_in_flight));
+  CAF_CHECK(mentions(results->front().status, "prefill rank 1: scripted give-up"));
+  // Every rank answered, but rank 1's writes may still land: pages held.
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  advance_time(cfg.answer_wait * 2);
+  sched.run();
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  CAF_CHECK(!close(25));
+  CAF_CHECK_EQUAL(state_of(25), "failed"); // closed, still held
+  // Another room gets other pages.
+  open(26, 4);
+  CAF_CHECK_EQUAL(script->received.back().second.dst_pages, std::vector<uint64_t>({2}));
+}
+
+CAF_TEST(a room deadline of an earlier room with the same id is ignored) {
+  spawn({answer::hold});
+  open(24, 4);
+  release(0, 24);
+  CAF_CHECK(!close(24));
+  advance_time(cfg.room_timeout / 2);
+  sched.run();
+  open(24, 4); // the id again, a new room (its serial is 1)
+  // Only the receiver's own timer may fail a room early.
+  self->send(rx, room_deadline{24, 1});
+  sched.run();
+  CAF_CHECK_EQUAL(state_of(24), "waiting");
+  advance_time(cfg.room_timeout / 2);
+  sched.run(); // the first room's deadline: not this room's
+  CAF_CHECK_EQUAL(state_of(24), "waiting");
+  advance_time(cfg.room_timeout / 2);
+  sched.run();
+  CAF_CHECK_EQUAL(state_of(24), "failed");
 }
 
 CAF_TEST(a prefill rank going down fails the rooms waiting on it) {
@@ -330,16 +412,20 @@ CAF_TEST(a prefill rank going down fails the rooms waiting on it) {
   release(0, 2);
   CAF_CHECK_EQUAL(state_of(2), "complete");
   CAF_CHECK_EQUAL(free_pages(), pool_pages - 5);
-  advance_time(cfg.room_timeout);
+  // Down while room 1 was pending: it may have been only stopped or cut off
+  // and resume writing, so room 1's pages stay held, also past its request.
+  advance_time(cfg.answer_wait);
   sched.run();
-  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 5);
+  CAF_CHECK(!close(2));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
   CAF_CHECK_EQUAL(results->size(), 2u);
   // A new room fails at once, naming the lost rank, and takes no pages.
   auto hdl = open(3, 4);
   auto refused = reply_of(hdl);
   CAF_CHECK(is(refused.status, lserr::peer_lost));
   CAF_CHECK(mentions(refused.status, "prefill rank 1 lost"));
-  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
 }
 
 CAF_TEST(unwritten bytes fail the room although every rank said success) {

@@ -111,7 +111,7 @@ using wire_types =
               kv_pointers, request_transfer, setup, layer_end, event_ready, submit, submit_done,
               room_blocks, submit_batch, submit_batch_done, finish, finish_result, finish_deadline,
               batch_done, stats_query, hold_forward, scheduler_stats, open_room, room_result,
-              close_room, room_status_query, room_status>;
+              close_room, room_deadline, room_status_query, room_status>;
 
 } // namespace
 
