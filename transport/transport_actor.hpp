@@ -90,6 +90,13 @@ class fabric_target {
   /// Stops the progress worker and closes the endpoint.
   void close() { engine_.reset(); }
 
+  /// TESTING ONLY: stops the progress worker but keeps the endpoint open, as
+  /// a stalled (not dead) decode process would: writes to it stop completing.
+  void stall_for_test() {
+    if (engine_)
+      engine_->stop();
+  }
+
  private:
   fabric_target() = default;
   std::unique_ptr<fabric::engine> engine_;

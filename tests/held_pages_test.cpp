@@ -1,0 +1,108 @@
+// A failed room's decode pages and the writes that may still land in them:
+// one prefill rank and a decode node in this process, real actors and a real
+// libfabric endpoint (tcp;ofi_rxm on 127.0.0.1). The decode target stops
+// making progress while its endpoint stays open (a stalled decode process),
+// so the prefill engine's writes are posted and never delivery-complete. The
+// room must fail with writes_in_flight, and decode must keep its pages: the
+// writes could still land.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "common/log.hpp"
+#include "config/loader.hpp"
+#include "node/nodes.hpp"
+
+using namespace layerstream;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct quiet_config : caf::actor_system_config {
+  quiet_config() {
+    layerstream::add_message_types(*this);
+    set("logger.verbosity", caf::atom("quiet"));
+  }
+};
+
+/// The room's status, or the error of the query (unknown_room once forgotten).
+caf::expected<room_status> status_of(caf::scoped_actor& self, const receiver_actor& rx,
+                                     room_id room) {
+  caf::expected<room_status> out{make_error(lserr::timeout, "no answer to the status query")};
+  self->request(rx, 10s, room_status_query{room})
+      .receive([&](room_status& st) { out = std::move(st); },
+               [&](caf::error& err) { out = std::move(err); });
+  return out;
+}
+
+/// The scripted run on a started cluster; its scoped actor ends with it.
+void run_stalled_room(caf::actor_system& sys, local_cluster& cluster) {
+  caf::scoped_actor self{sys};
+  auto& rx = cluster.decode->receiver;
+
+  // A first room completes: the connection is up and the path works.
+  caf::expected<room_result> first{make_error(lserr::timeout, "no result")};
+  self->request(rx, 30s, open_room{1, 64})
+      .receive([&](room_result& res) { first = std::move(res); },
+               [&](caf::error& e) { first = std::move(e); });
+  ASSERT_TRUE(static_cast<bool>(first)) << describe(first.error());
+  ASSERT_FALSE(first->status) << describe(first->status);
+  self->request(rx, 10s, close_room{1}).receive([](caf::ok_atom) {}, [](caf::error&) {});
+
+  // Decode stalls: its endpoint stays open, nothing it receives completes.
+  cluster.decode->target->stall_for_test();
+  caf::expected<room_result> second{make_error(lserr::timeout, "no result")};
+  self->request(rx, 30s, open_room{2, 256})
+      .receive([&](room_result& res) { second = std::move(res); },
+               [&](caf::error& e) { second = std::move(e); });
+  ASSERT_TRUE(static_cast<bool>(second)) << describe(second.error());
+  EXPECT_TRUE(is(second->status, lserr::writes_in_flight)) << describe(second->status);
+  EXPECT_NE(describe(second->status).find("prefill rank 0"), std::string::npos)
+      << describe(second->status);
+
+  // Closed, the failed room is still known and its 16 pages stay taken: a
+  // room needing 20 of the pool's 32 pages finds only 16 free.
+  caf::error closed;
+  self->request(rx, 10s, close_room{2})
+      .receive([](caf::ok_atom) {}, [&](caf::error& e) { closed = std::move(e); });
+  EXPECT_FALSE(closed) << describe(closed);
+  auto held = status_of(self, rx, 2);
+  ASSERT_TRUE(static_cast<bool>(held)) << "the failed room was forgotten (its pages released) "
+                                          "while the prefill rank could still write: "
+                                       << describe(held.error());
+  EXPECT_EQ(to_string(held->state), "failed");
+  caf::expected<room_result> third{make_error(lserr::timeout, "no result")};
+  self->request(rx, 30s, open_room{3, 320})
+      .receive([&](room_result& res) { third = std::move(res); },
+               [&](caf::error& e) { third = std::move(e); });
+  ASSERT_TRUE(static_cast<bool>(third)) << describe(third.error());
+  EXPECT_TRUE(is(third->status, lserr::bad_input)) << describe(third->status);
+  EXPECT_NE(describe(third->status).find("20 pages asked, 16 free"), std::string::npos)
+      << describe(third->status);
+}
+
+} // namespace
+
+TEST(HeldPages, AStalledDecodeLinkFailsTheRoomWithWritesInFlightAndDecodeKeepsItsPages) {
+  log::set_level("off"); // the failures are expected
+  auto cfg = std::get<deployment_config>(load_config_string(embedded_demo_config(), "demo.toml"));
+  cfg.model.layers = 4;
+  cfg.model.layer_compute = 1ms;
+  cfg.timeouts.submit = 3s; // the prefill engine gives up on the stalled writes
+  cfg.timeouts.room = 30s;  // decode's own deadline comes later
+  cfg.decode.pool_pages = 32;
+  auto err = validate_for(cfg, config_role::demo, "held pages");
+  ASSERT_FALSE(err) << err->to_string();
+
+  quiet_config scfg;
+  caf::actor_system sys{scfg};
+  local_cluster cluster;
+  ASSERT_FALSE(cluster.start(sys, cfg)) << "cluster did not start";
+  run_stalled_room(sys, cluster);
+  cluster.stop(sys); // after the scoped actor is gone: stop waits for every actor
+}
