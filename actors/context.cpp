@@ -125,8 +125,9 @@ void send_group(self_ptr self, uint32_t layer, peer_group& g) {
               if (k < done.rooms.size() && done.rooms[k].room == room)
                 on_submit_done(self, idx, layer, done.rooms[k].status, done.rooms[k].bytes);
               else
+                // Its job's fate is unknown: its writes may still land.
                 on_submit_done(self, idx, layer,
-                               make_error(lserr::transfer_failed,
+                               make_error(lserr::writes_in_flight,
                                           "submit of layer " + std::to_string(layer) +
                                               ": the transport's answer has no entry for room " +
                                               std::to_string(room)),

@@ -95,12 +95,12 @@ void complete_room(self_ptr self, room_id room, room_entry& entry) {
 }
 
 /// A failed room's pages go back once no rank may still write into them (no
-/// request out, no rank silent or lost); a closed failed room is then forgotten.
+/// request out, no rank that may still write); a closed failed room is then forgotten.
 void settle(self_ptr self, room_id room) {
   auto& st = self->state;
   auto i = st.rooms.find(room);
   auto& entry = i->second;
-  if (entry.state != room_state::failed || entry.outstanding > 0 || entry.held > 0)
+  if (entry.state != room_state::failed || entry.outstanding > 0 || entry.held)
     return;
   if (!entry.pages.empty()) {
     st.pages->release(entry.pages);
@@ -130,14 +130,16 @@ caf::error request_error(uint32_t rank, room_id room, caf::timespan timeout,
                                           " within " + ms_of(timeout));
   if (err == caf::sec::request_receiver_down)
     return make_error(lserr::peer_lost, who + " is down: " + describe(err));
+  if (err.category() == caf::atom("lserr"))
+    return rank_error(rank, err);
   return make_error(lserr::transfer_failed, who + ": " + describe(err));
 }
 
 /// `rank` may still write into the room's pages: they are not reused while
 /// this receiver runs (leaking them is safe, reusing them is not).
 void hold_pages(room_id room, room_entry& entry, uint32_t rank, const std::string& why) {
-  entry.ranks[rank] = rank_phase::silent;
-  ++entry.held;
+  entry.ranks[rank] = rank_phase::may_write;
+  entry.held = true;
   LS_ERROR("receiver: room {}: prefill rank {} {}; its writes may still land, so the room's {} "
            "pages stay held for as long as this receiver runs",
            room, rank, why, entry.pages.size());
@@ -160,10 +162,17 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
     // lost message): its writes may still come, into these pages.
     hold_pages(room, entry, rank, "has not answered in " + ms_of(st.cfg.answer_wait));
     fail_room(self, room, entry, request_error(rank, room, st.cfg.answer_wait, request_err));
-  } else if (ready == nullptr) {
-    // Not delivered (refused by its session, or it was already down): no write.
+  } else if (ready == nullptr && (request_err == caf::sec::request_receiver_down ||
+                                  is(request_err, lserr::unauthorized))) {
+    // Never delivered to a scheduler (it was down, or its session refused
+    // the transfer_info): no write of it can come.
     phase = rank_phase::failed;
     fail_room(self, room, entry, request_error(rank, room, st.cfg.room_timeout, request_err));
+  } else if (ready == nullptr) {
+    // Any other error (writes_in_flight from its session, or one we cannot
+    // place) does not prove that its writes ended.
+    hold_pages(room, entry, rank, "answered with an error: " + describe(request_err));
+    fail_room(self, room, entry, rank_error(rank, request_err));
   } else if (is(ready->status, lserr::writes_in_flight)) {
     // It gave up on writes it had handed over: they may still land here.
     // (Checked before the room and rank: even a stray answer's writes may land.)
@@ -316,7 +325,11 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
       // off may resume and still write. The pages stay held; with a rank
       // lost this receiver opens no room any more anyway.
       entry.ranks[rank] = rank_phase::lost;
-      ++entry.held;
+      entry.held = true;
+      LS_ERROR("receiver: room {}: prefill rank {} went down before it answered; it may have "
+               "been only stopped or cut off, so the room's {} pages stay held for as long as "
+               "this receiver runs",
+               room, rank, entry.pages.size());
       fail_room(self, room, entry,
                 make_error(lserr::peer_lost,
                            "prefill rank " + std::to_string(rank) + " lost: " + reason));

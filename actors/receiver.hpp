@@ -27,7 +27,8 @@
 // without lserr::writes_in_flight (a rank answers only when its writes for
 // the room have ended, or with writes_in_flight when it gave up on some, e.g.
 // on a stalled link at its engine's deadline). A rank that answers
-// writes_in_flight, stays silent past `answer_wait` (decode_answer_wait,
+// writes_in_flight (or an error other than proof that the transfer_info never
+// reached a scheduler), stays silent past `answer_wait` (decode_answer_wait,
 // common/deadlines.hpp; a stopped process) or goes down before answering
 // ("down" is the control plane's verdict: a stopped or cut-off rank may
 // resume) holds the pages for as long as the receiver runs: leaking them is
@@ -61,6 +62,7 @@
 #include <vector>
 
 #include "actors/scheduler_protocol.hpp"
+#include "common/deadlines.hpp"
 #include "config/config.hpp"
 #include "messages/messages.hpp"
 #include "model/kv_pool.hpp"
@@ -85,7 +87,8 @@ struct receiver_config {
   caf::timespan room_timeout = std::chrono::seconds(60);
   /// Bound on each transfer_info request (decode_answer_wait,
   /// common/deadlines.hpp): a rank silent past it holds the pages for good.
-  caf::timespan answer_wait = std::chrono::seconds(240);
+  caf::timespan answer_wait =
+      decode_answer_wait(std::chrono::seconds(60), std::chrono::seconds(10), caf::timespan{0});
   /// Check a room's bytes against kv_pattern before reporting it complete.
   bool verify = true;
   /// Optional: gets a copy of every room_result (a room is ready to decode).
@@ -104,13 +107,13 @@ receiver_config make_receiver_config(const deployment_config& dep);
 
 /// What one prefill rank has done for one room.
 enum class rank_phase : uint8_t {
-  pending, // transfer_info sent, no answer yet
-  ready,   // kv_ready with success
-  failed,  // kv_ready with an error (none of its writes left), or the
-           // request was not delivered
-  lost,    // the rank went down while pending: it may still write
-  silent,  // its request timed out, or it answered writes_in_flight: it may
-           // still write
+  pending,   // transfer_info sent, no answer yet
+  ready,     // kv_ready with success
+  failed,    // kv_ready with an error (none of its writes left), or the
+             // request was not delivered
+  lost,      // the rank went down while pending: it may still write
+  may_write, // its request timed out, or it answered writes_in_flight (or an
+             // error that does not prove its writes ended)
 };
 
 struct receiver_state {
@@ -127,14 +130,15 @@ struct receiver_state {
     uint32_t ready = 0;
     /// transfer_info requests not yet answered or timed out.
     uint32_t outstanding = 0;
-    /// Ranks silent or lost: they may still write, so the pages stay held.
-    uint32_t held = 0;
+    /// A rank may still write (may_write or lost): the pages never return.
+    bool held = false;
     uint64_t bytes = 0;
     caf::error failure;
     bool bit_exact = false;
     int64_t started_ns = 0;
     int64_t finished_ns = 0;
-    /// close_room came while a failed room still had requests out.
+    /// close_room came while a failed room still had requests out or held
+    /// pages; it is forgotten once they return (if ever).
     bool closed = false;
     caf::typed_response_promise<room_result> reply;
   };

@@ -228,7 +228,7 @@ void on_finish_result(self_ptr self, uint64_t batch_id, room_id room,
 /// The forward did not write batch `msg.batch`'s KV: every room of it fails
 /// with the forward's reason. A per-layer room is finished first, so it
 /// settles only after the writes its context posted have ended (their
-/// outcome is moot); no room goes by the bulk path.
+/// outcome is moot), or with writes_in_flight; no room goes by the bulk path.
 void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>& rooms) {
   auto& st = self->state;
   auto reason = make_error(lserr::event_failed, "forward: " + describe(msg.status));
@@ -377,11 +377,15 @@ void try_start_batch(self_ptr self) {
               auto rooms = b->second.rooms;
               s.batches.erase(b);
               // Unanswered, the manager may have set the contexts up after
-              // all, and they would write: decode must keep the pages.
-              const auto code =
-                  err == caf::sec::request_timeout ? lserr::writes_in_flight : lserr::bad_input;
-              for (auto room : rooms)
+              // all: finish them (no forward runs, so they send nothing more
+              // and wind down), and decode must keep the pages meanwhile.
+              const bool unanswered = err == caf::sec::request_timeout;
+              const auto code = unanswered ? lserr::writes_in_flight : lserr::bad_input;
+              for (auto room : rooms) {
+                if (unanswered)
+                  caf::anon_send(s.manager, finish{room});
                 settle_room(self, room, make_error(code, "setup: " + describe(err)));
+              }
               try_start_batch(self);
             });
 }

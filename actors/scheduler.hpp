@@ -4,7 +4,9 @@
 // Protocol (scheduler_actor, published on the control plane, plus locals):
 //   transfer_info -> kv_ready   from decode: queue the request; answered when
 //                               this rank's writes for every chunk of the room
-//                               are delivery-complete, or failed (with reason)
+//                               are delivery-complete, or failed (with reason;
+//                               lserr::writes_in_flight if some it had handed
+//                               over may still land: decode keeps the pages)
 //   batch_done                  from the forward thread: the batch's forward ended
 //   hold_forward                local (bench tail): start no batch until N
 //                               requests are queued (one-shot, with a deadline)
@@ -24,8 +26,9 @@
 // room settles.
 // A batch whose forward reports a status (batch_done.status: the device did
 // not write its KV) fails every room in it with lserr::event_failed; its
-// per-layer rooms are finished first (so their posted writes have ended),
-// and none goes by the bulk path, which would send bytes never written.
+// per-layer rooms are finished first (so their posted writes have ended, or
+// the room says writes_in_flight), and none goes by the bulk path, which
+// would send bytes never written.
 #pragma once
 
 #include <caf/stateful_actor.hpp>

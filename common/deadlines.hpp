@@ -57,11 +57,12 @@ inline caf::timespan forward_time(uint32_t layers, std::chrono::microseconds lay
 
 /// The longest a live prefill rank takes to answer a transfer_info: its last
 /// chunk starts within `room` of the arrival (the scheduler's start rule),
-/// runs its forward, then the finish chain and, for layers the per-layer
-/// path did not send (or a bulk room), one bulk submit.
+/// its batch's setup waits at most `room`, then its forward, the finish
+/// chain and, for layers the per-layer path did not send (or a bulk room),
+/// one bulk submit.
 inline caf::timespan prefill_answer_bound(caf::timespan room, caf::timespan submit,
                                           caf::timespan forward) {
-  return room + forward + scheduler_finish_wait(room) + submit_request_wait(submit);
+  return room + room + forward + scheduler_finish_wait(room) + submit_request_wait(submit);
 }
 
 /// The gate's session forwarding a transfer_info to its scheduler.

@@ -299,7 +299,9 @@ typename Inspector::result_type inspect(Inspector& f, finish_deadline& x) {
 
 /// decode -> each prefill rank's scheduler (control plane, caf-io): a request
 /// and where its KV goes. Answered with kv_ready once that rank's writes for
-/// the room are all delivery-complete (after the last chunk), or failed.
+/// the room are all delivery-complete (after the last chunk), or failed: with
+/// lserr::writes_in_flight whenever writes it handed over may still land
+/// (decode then never reuses the room's pages), else only once none can.
 struct transfer_info {
   room_id room = 0;
   /// Prompt length in tokens (the simulated model writes this many).

@@ -27,6 +27,14 @@ scheduler_actor::behavior_type fake_scheduler(uint32_t cp_rank) {
   }};
 }
 
+/// Never answers a transfer_info (a stalled or overloaded rank): the
+/// promise is dropped undelivered, which CAF 0.17 does not report.
+scheduler_actor::behavior_type silent_scheduler(scheduler_actor::pointer self, uint32_t) {
+  return {[self](transfer_info&) -> caf::result<kv_ready> {
+    return self->make_response_promise<kv_ready>();
+  }};
+}
+
 struct AuthTest : ::testing::Test {
   auth_system_config cfg;
   caf::actor_system sys{cfg};
@@ -163,6 +171,25 @@ TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
   EXPECT_TRUE(ends(session->session)) << "the session outlived the only decode actor that used it";
   auto again = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
+}
+
+TEST_F(AuthTest, ASessionWhoseSchedulerDoesNotAnswerSaysItsWritesMayStillLand) {
+  auto silent = sys.spawn(silent_scheduler, uint32_t{3});
+  gate_config g;
+  g.token = token;
+  g.scheduler = silent;
+  g.name = "rank 3";
+  g.session_timeout = std::chrono::milliseconds(200);
+  auto slow_gate = sys.spawn(gate_impl, g);
+  auto session = authenticate(sys, slow_gate, token, timeout);
+  ASSERT_TRUE(session) << describe(session.error());
+  auto got = forward(self, session->session, 48, session->key);
+  ASSERT_FALSE(got) << "the silent scheduler answered room " << got->room;
+  // Not a plain timeout: decode must keep the room's pages.
+  EXPECT_TRUE(is(got.error(), lserr::writes_in_flight)) << describe(got.error());
+  EXPECT_NE(describe(got.error()).find("room 48"), std::string::npos) << describe(got.error());
+  self->send_exit(slow_gate, caf::exit_reason::user_shutdown);
+  self->send_exit(silent, caf::exit_reason::user_shutdown);
 }
 
 TEST_F(AuthTest, AWrongTokenIsRefusedOnBothSides) {

@@ -93,8 +93,11 @@ TEST(HeldPages, AStalledDecodeLinkFailsTheRoomWithWritesInFlightAndDecodeKeepsIt
   auto cfg = std::get<deployment_config>(load_config_string(embedded_demo_config(), "demo.toml"));
   cfg.model.layers = 4;
   cfg.model.layer_compute = 1ms;
-  cfg.timeouts.submit = 3s; // the prefill engine gives up on the stalled writes
-  cfg.timeouts.room = 30s;  // decode's own deadline comes later
+  // The prefill engine gives up on the stalled writes at submit; decode's
+  // own deadline comes later. Generous: the first, healthy room must finish
+  // within submit under a loaded sanitizer run too.
+  cfg.timeouts.submit = 10s;
+  cfg.timeouts.room = 60s;
   cfg.decode.pool_pages = 32;
   auto err = validate_for(cfg, config_role::demo, "held pages");
   ASSERT_FALSE(err) << err->to_string();

@@ -13,10 +13,12 @@ namespace {
 
 /// How a fake prefill rank answers transfer_info.
 enum class answer {
-  ok,        // write the rank's slice (if `write`), then kv_ready{ok}
-  fail,      // kv_ready with a scripted failure
-  in_flight, // kv_ready failing with writes_in_flight (writes given up on)
-  hold,      // nothing until the test sends {release_atom, room}; then as `ok`
+  ok,              // write the rank's slice (if `write`), then kv_ready{ok}
+  fail,            // kv_ready with a scripted failure
+  in_flight,       // kv_ready failing with writes_in_flight (writes given up on)
+  error_in_flight, // an error answer, writes_in_flight (a session's own timeout)
+  refused,         // an error answer, unauthorized (a session refused it)
+  hold,            // nothing until the test sends {release_atom, room}; then as `ok`
 };
 
 /// What the fake prefill ranks do and what they saw (test thread only).
@@ -64,6 +66,10 @@ fake_prefill_actor::behavior_type fake_prefill(fake_prefill_actor::pointer self,
   return {
       [=](const transfer_info& info) -> caf::result<kv_ready> {
         script->received.emplace_back(rank, info);
+        if (script->mode[rank] == answer::error_in_flight)
+          return make_error(lserr::writes_in_flight, "scheduler did not answer");
+        if (script->mode[rank] == answer::refused)
+          return make_error(lserr::unauthorized, "transfer_info without this session's key");
         if (script->mode[rank] != answer::hold)
           return answer_for(*script, rank, info);
         auto rp = self->make_response_promise<kv_ready>();
@@ -371,6 +377,28 @@ CAF_TEST(a rank that gave up on writes in flight holds the pages for good) {
   // Another room gets other pages.
   open(26, 4);
   CAF_CHECK_EQUAL(script->received.back().second.dst_pages, std::vector<uint64_t>({2}));
+}
+
+CAF_TEST(an error answer holds the pages unless the transfer_info never arrived) {
+  spawn({answer::error_in_flight, answer::refused});
+  open(27, 8); // pages 0-1
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  CAF_CHECK_EQUAL(state_of(27), "failed");
+  // Rank 0's session gave up waiting for its scheduler, which may still
+  // write; rank 1 refused the transfer_info, so nothing comes from it.
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  CAF_CHECK(!close(27));
+  CAF_CHECK_EQUAL(state_of(27), "failed"); // closed, still held
+}
+
+CAF_TEST(a refused transfer_info frees the pages at once) {
+  spawn({answer::refused});
+  open(28, 8);
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  CAF_CHECK(is(results->front().status, lserr::unauthorized));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages);
+  CAF_CHECK(!close(28));
+  CAF_CHECK(is(status_error(28), lserr::unknown_room));
 }
 
 CAF_TEST(a room deadline of an earlier room with the same id is ignored) {
