@@ -18,7 +18,7 @@ using self_ptr = context_actor::stateful_pointer<context_state>;
 void fail(room_pipeline& rp, caf::error err) {
   auto text = describe(err);
   if (keep_failure(rp.failure, std::move(err)))
-    LS_WARN("room {}: failed: {}", rp.req.room, text);
+    LS_WARN("room {}: failed: {}", rp.req.room, describe(rp.failure));
   else
     LS_DEBUG("room {}: further failure ignored: {}", rp.req.room, text);
 }

@@ -94,8 +94,8 @@ void complete_room(self_ptr self, room_id room, room_entry& entry) {
   publish(self, room, entry);
 }
 
-/// A failed room's pages go back once no rank may still write into them (no
-/// request out, no rank that may still write); a closed failed room is then forgotten.
+/// A failed room's pages go back once no request for it is out and no rank
+/// may still write into them; a closed failed room is then forgotten.
 void settle(self_ptr self, room_id room) {
   auto& st = self->state;
   auto i = st.rooms.find(room);
@@ -135,10 +135,12 @@ caf::error request_error(uint32_t rank, room_id room, caf::timespan timeout,
   return make_error(lserr::transfer_failed, who + ": " + describe(err));
 }
 
-/// `rank` may still write into the room's pages: they are not reused while
-/// this receiver runs (leaking them is safe, reusing them is not).
-void hold_pages(room_id room, room_entry& entry, uint32_t rank, const std::string& why) {
-  entry.ranks[rank] = rank_phase::may_write;
+/// `rank` (now in `phase`: may_write or lost) may still write into the room's
+/// pages: they are not reused while this receiver runs (leaking them is safe,
+/// reusing them is not).
+void hold_pages(room_id room, room_entry& entry, uint32_t rank, rank_phase phase,
+                const std::string& why) {
+  entry.ranks[rank] = phase;
   entry.held = true;
   LS_ERROR("receiver: room {}: prefill rank {} {}; its writes may still land, so the room's {} "
            "pages stay held for as long as this receiver runs",
@@ -160,7 +162,8 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
   } else if (ready == nullptr && request_err == caf::sec::request_timeout) {
     // Up, and silent long after the room's deadline (a stopped process, a
     // lost message): its writes may still come, into these pages.
-    hold_pages(room, entry, rank, "has not answered in " + ms_of(st.cfg.answer_wait));
+    hold_pages(room, entry, rank, rank_phase::may_write,
+               "has not answered in " + ms_of(st.cfg.answer_wait));
     fail_room(self, room, entry, request_error(rank, room, st.cfg.answer_wait, request_err));
   } else if (ready == nullptr && (request_err == caf::sec::request_receiver_down ||
                                   is(request_err, lserr::unauthorized))) {
@@ -171,12 +174,13 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
   } else if (ready == nullptr) {
     // Any other error (writes_in_flight from its session, or one we cannot
     // place) does not prove that its writes ended.
-    hold_pages(room, entry, rank, "answered with an error: " + describe(request_err));
+    hold_pages(room, entry, rank, rank_phase::may_write,
+               "answered with an error: " + describe(request_err));
     fail_room(self, room, entry, rank_error(rank, request_err));
   } else if (is(ready->status, lserr::writes_in_flight)) {
     // It gave up on writes it had handed over: they may still land here.
     // (Checked before the room and rank: even a stray answer's writes may land.)
-    hold_pages(room, entry, rank, "gave up on writes in flight");
+    hold_pages(room, entry, rank, rank_phase::may_write, "gave up on writes in flight");
     entry.bytes += ready->bytes;
     fail_room(self, room, entry, rank_error(rank, ready->status));
   } else if (ready->room != room || ready->cp_rank != rank) {
@@ -324,12 +328,8 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
       // "Down" is the control plane's verdict: a rank only stopped or cut
       // off may resume and still write. The pages stay held; with a rank
       // lost this receiver opens no room any more anyway.
-      entry.ranks[rank] = rank_phase::lost;
-      entry.held = true;
-      LS_ERROR("receiver: room {}: prefill rank {} went down before it answered; it may have "
-               "been only stopped or cut off, so the room's {} pages stay held for as long as "
-               "this receiver runs",
-               room, rank, entry.pages.size());
+      hold_pages(room, entry, rank, rank_phase::lost,
+                 "went down before it answered (maybe only stopped or cut off)");
       fail_room(self, room, entry,
                 make_error(lserr::peer_lost,
                            "prefill rank " + std::to_string(rank) + " lost: " + reason));

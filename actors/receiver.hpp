@@ -84,11 +84,11 @@ struct decode_pool {
 
 struct receiver_config {
   /// Bound on a room from open to every rank's kv_ready.
-  caf::timespan room_timeout = std::chrono::seconds(60);
+  caf::timespan room_timeout = timeouts_config{}.room;
   /// Bound on each transfer_info request (decode_answer_wait,
   /// common/deadlines.hpp): a rank silent past it holds the pages for good.
   caf::timespan answer_wait =
-      decode_answer_wait(std::chrono::seconds(60), std::chrono::seconds(10), caf::timespan{0});
+      decode_answer_wait(timeouts_config{}.room, timeouts_config{}.submit, caf::timespan{0});
   /// Check a room's bytes against kv_pattern before reporting it complete.
   bool verify = true;
   /// Optional: gets a copy of every room_result (a room is ready to decode).

@@ -78,10 +78,9 @@ caf::error expired(const scheduler_state& st, const prefill_room& rs,
   using clock = std::chrono::steady_clock;
   const auto& t = st.cfg.timeouts;
   const auto room = std::chrono::duration_cast<clock::duration>(t.room);
-  const auto layer = std::chrono::duration_cast<clock::duration>(st.cfg.model.layer_compute);
-  const auto layers = std::max<uint32_t>(st.cfg.model.layers, 1);
-  // layers x layer, saturating at the room's time (both are bounded, their product is not).
-  const auto forward = layer.count() > room.count() / layers ? room : layer * layers;
+  // Saturating at the room's time (a day at most, config/loader.cpp).
+  const auto forward = std::min<clock::duration>(
+      room, forward_time(st.cfg.model.layers, st.cfg.model.layer_compute));
   const auto start_by = rs.arrived + std::max(room - forward - room / 10, room / 2);
   if (now <= start_by)
     return caf::none;
@@ -241,11 +240,9 @@ void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>
       continue;
     }
     // The forward's reason, unless writes of the room may still land.
-    auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes, const caf::error& other) {
-      auto status = is(other, lserr::writes_in_flight)
-                        ? make_error(lserr::writes_in_flight,
-                                     message_of(reason) + "; and " + message_of(other))
-                        : reason;
+    auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes, caf::error other) {
+      auto status = reason;
+      keep_failure(status, std::move(other));
       chunk_settled(self, batch, room, std::move(status), bytes);
     };
     self->request(st.manager, scheduler_finish_wait(st.cfg.timeouts.room), finish{room})

@@ -30,13 +30,13 @@ struct quiet_config : caf::actor_system_config {
   }
 };
 
-/// The room's status, or the error of the query (unknown_room once forgotten).
-caf::expected<room_status> status_of(caf::scoped_actor& self, const receiver_actor& rx,
-                                     room_id room) {
-  caf::expected<room_status> out{make_error(lserr::timeout, "no answer to the status query")};
-  self->request(rx, 10s, room_status_query{room})
-      .receive([&](room_status& st) { out = std::move(st); },
-               [&](caf::error& err) { out = std::move(err); });
+/// The receiver's answer to `msg`, or the error it got (unknown_room for a
+/// forgotten room, a timeout if none came).
+template <class Answer, class Message>
+caf::expected<Answer> ask(caf::scoped_actor& self, const receiver_actor& rx, Message msg) {
+  caf::expected<Answer> out{make_error(lserr::timeout, "no answer")};
+  self->request(rx, 30s, std::move(msg))
+      .receive([&](Answer& a) { out = std::move(a); }, [&](caf::error& e) { out = std::move(e); });
   return out;
 }
 
@@ -46,20 +46,14 @@ void run_stalled_room(caf::actor_system& sys, local_cluster& cluster) {
   auto& rx = cluster.decode->receiver;
 
   // A first room completes: the connection is up and the path works.
-  caf::expected<room_result> first{make_error(lserr::timeout, "no result")};
-  self->request(rx, 30s, open_room{1, 64})
-      .receive([&](room_result& res) { first = std::move(res); },
-               [&](caf::error& e) { first = std::move(e); });
+  auto first = ask<room_result>(self, rx, open_room{1, 64});
   ASSERT_TRUE(static_cast<bool>(first)) << describe(first.error());
   ASSERT_FALSE(first->status) << describe(first->status);
-  self->request(rx, 10s, close_room{1}).receive([](caf::ok_atom) {}, [](caf::error&) {});
+  ask<caf::ok_atom>(self, rx, close_room{1});
 
   // Decode stalls: its endpoint stays open, nothing it receives completes.
   cluster.decode->target->stall_for_test();
-  caf::expected<room_result> second{make_error(lserr::timeout, "no result")};
-  self->request(rx, 30s, open_room{2, 256})
-      .receive([&](room_result& res) { second = std::move(res); },
-               [&](caf::error& e) { second = std::move(e); });
+  auto second = ask<room_result>(self, rx, open_room{2, 256});
   ASSERT_TRUE(static_cast<bool>(second)) << describe(second.error());
   EXPECT_TRUE(is(second->status, lserr::writes_in_flight)) << describe(second->status);
   EXPECT_NE(describe(second->status).find("prefill rank 0"), std::string::npos)
@@ -67,19 +61,14 @@ void run_stalled_room(caf::actor_system& sys, local_cluster& cluster) {
 
   // Closed, the failed room is still known and its 16 pages stay taken: a
   // room needing 20 of the pool's 32 pages finds only 16 free.
-  caf::error closed;
-  self->request(rx, 10s, close_room{2})
-      .receive([](caf::ok_atom) {}, [&](caf::error& e) { closed = std::move(e); });
-  EXPECT_FALSE(closed) << describe(closed);
-  auto held = status_of(self, rx, 2);
+  auto closed = ask<caf::ok_atom>(self, rx, close_room{2});
+  EXPECT_TRUE(static_cast<bool>(closed)) << describe(closed.error());
+  auto held = ask<room_status>(self, rx, room_status_query{2});
   ASSERT_TRUE(static_cast<bool>(held)) << "the failed room was forgotten (its pages released) "
                                           "while the prefill rank could still write: "
                                        << describe(held.error());
   EXPECT_EQ(to_string(held->state), "failed");
-  caf::expected<room_result> third{make_error(lserr::timeout, "no result")};
-  self->request(rx, 30s, open_room{3, 320})
-      .receive([&](room_result& res) { third = std::move(res); },
-               [&](caf::error& e) { third = std::move(e); });
+  auto third = ask<room_result>(self, rx, open_room{3, 320});
   ASSERT_TRUE(static_cast<bool>(third)) << describe(third.error());
   EXPECT_TRUE(is(third->status, lserr::bad_input)) << describe(third->status);
   EXPECT_NE(describe(third->status).find("20 pages asked, 16 free"), std::string::npos)

@@ -9,8 +9,9 @@
 // fids and registrations, and the worker thread). Its state's destructor
 // stops the engine (its jobs fail: cancelled, or writes_in_flight if writes
 // were posted; the thread is joined, the fids close in order) and then
-// answers every submit still pending with lserr::cancelled: CAF 0.17 has no broken-promise error,
-// so a promise left undelivered would leave its requester waiting for its own timeout.
+// answers every submit still pending with lserr::cancelled: CAF 0.17 has no
+// broken-promise error, so a promise left undelivered would leave its
+// requester waiting for its own timeout.
 //
 // Lifecycle: spawn_transport() opens the endpoint, registers the local
 // memory, starts the worker and spawns the actor. The actor runs until its

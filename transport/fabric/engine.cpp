@@ -340,11 +340,12 @@ void engine::run() {
   for (auto& j : active_) {
     if (j->reported)
       continue;
-    keep_failure(j->status,
-                 make_error(j->in_flight > 0 ? lserr::writes_in_flight : lserr::cancelled,
-                            "engine stopped with " + std::to_string(outstanding) +
-                                " writes in flight; job had " + std::to_string(j->bytes_done) +
-                                " of " + std::to_string(j->bytes_total) + " bytes complete"));
+    fail_job(*j,
+             make_error(j->in_flight > 0 ? lserr::writes_in_flight : lserr::cancelled,
+                        "engine stopped with " + std::to_string(outstanding) +
+                            " writes in flight; job had " + std::to_string(j->bytes_done) + " of " +
+                            std::to_string(j->bytes_total) + " bytes complete"),
+             false);
     j->reported = true;
     if (on_done_)
       on_done_(job_result{j->id, j->status, j->bytes_done});
