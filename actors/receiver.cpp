@@ -138,10 +138,14 @@ caf::error request_error(uint32_t rank, room_id room, caf::timespan timeout,
 /// `rank` (now in `phase`: may_write or lost) may still write into the room's
 /// pages: they are not reused while this receiver runs (leaking them is safe,
 /// reusing them is not).
-void hold_pages(room_id room, room_entry& entry, uint32_t rank, rank_phase phase,
+void hold_pages(self_ptr self, room_id room, room_entry& entry, uint32_t rank, rank_phase phase,
                 const std::string& why) {
   entry.ranks[rank] = phase;
-  entry.held = true;
+  if (!entry.held) {
+    entry.held = true;
+    self->state.held_pages += entry.pages.size();
+    ++self->state.held_rooms;
+  }
   LS_ERROR("receiver: room {}: prefill rank {} {}; its writes may still land, so the room's {} "
            "pages stay held for as long as this receiver runs",
            room, rank, why, entry.pages.size());
@@ -162,7 +166,7 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
   } else if (ready == nullptr && request_err == caf::sec::request_timeout) {
     // Up, and silent long after the room's deadline (a stopped process, a
     // lost message): its writes may still come, into these pages.
-    hold_pages(room, entry, rank, rank_phase::may_write,
+    hold_pages(self, room, entry, rank, rank_phase::may_write,
                "has not answered in " + ms_of(st.cfg.answer_wait));
     fail_room(self, room, entry, request_error(rank, room, st.cfg.answer_wait, request_err));
   } else if (ready == nullptr && (request_err == caf::sec::request_receiver_down ||
@@ -174,13 +178,13 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
   } else if (ready == nullptr) {
     // Any other error (writes_in_flight from its session, or one we cannot
     // place) does not prove that its writes ended.
-    hold_pages(room, entry, rank, rank_phase::may_write,
+    hold_pages(self, room, entry, rank, rank_phase::may_write,
                "answered with an error: " + describe(request_err));
     fail_room(self, room, entry, rank_error(rank, request_err));
   } else if (is(ready->status, lserr::writes_in_flight)) {
     // It gave up on writes it had handed over: they may still land here.
     // (Checked before the room and rank: even a stray answer's writes may land.)
-    hold_pages(room, entry, rank, rank_phase::may_write, "gave up on writes in flight");
+    hold_pages(self, room, entry, rank, rank_phase::may_write, "gave up on writes in flight");
     entry.bytes += ready->bytes;
     fail_room(self, room, entry, rank_error(rank, ready->status));
   } else if (ready->room != room || ready->cp_rank != rank) {
@@ -207,6 +211,22 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
   settle(self, room);
 }
 
+/// Why a held room's id and pages stay taken.
+std::string held_note(const room_entry& entry) {
+  return "its " + std::to_string(entry.pages.size()) +
+         " pages stay held: a prefill rank may still write them";
+}
+
+/// Names the held pages in a "pool is full" refusal, so a shrinking pool is
+/// not a mystery; empty while none is held.
+std::string held_count(const receiver_state& st) {
+  if (st.held_rooms == 0)
+    return {};
+  return "; " + std::to_string(st.held_pages) + " pages are held by " +
+         std::to_string(st.held_rooms) + (st.held_rooms == 1 ? " failed room" : " failed rooms") +
+         " a prefill rank may still write (they return when decode restarts)";
+}
+
 /// Pages needed for `tokens` tokens, without overflow.
 uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
   return tokens / page_size + (tokens % page_size != 0 ? 1 : 0);
@@ -220,9 +240,12 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
     LS_WARN("receiver: room {} refused: {}", room, describe(err));
     return room_result{room, std::move(err), 0, false, started, now_ns(self)};
   };
-  if (st.rooms.count(room) > 0)
-    return refuse(
-        make_error(lserr::duplicate_room, "room " + std::to_string(room) + " is already open"));
+  if (auto open = st.rooms.find(room); open != st.rooms.end())
+    return refuse(make_error(lserr::duplicate_room,
+                             "room " + std::to_string(room) +
+                                 (open->second.held
+                                      ? " failed and cannot be reused: " + held_note(open->second)
+                                      : " is already open")));
   if (msg.prompt_tokens == 0)
     return refuse(make_error(lserr::bad_input, "room " + std::to_string(room) + " has no tokens"));
   for (uint32_t r = 0; r < st.lost.size(); ++r)
@@ -232,8 +255,8 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
   auto& pool = *st.pool.pool;
   auto pages = st.pages->allocate(pages_for(msg.prompt_tokens, pool.page_size()));
   if (!pages)
-    return refuse(make_error(lserr::bad_input,
-                             "room " + std::to_string(room) + ": " + message_of(pages.error())));
+    return refuse(make_error(lserr::bad_input, "room " + std::to_string(room) + ": " +
+                                                   message_of(pages.error()) + held_count(st)));
   auto cp = static_cast<uint32_t>(st.prefill.size());
   transfer_info info;
   info.room = room;
@@ -328,7 +351,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
       // "Down" is the control plane's verdict: a rank only stopped or cut
       // off may resume and still write. The pages stay held; with a rank
       // lost this receiver opens no room any more anyway.
-      hold_pages(room, entry, rank, rank_phase::lost,
+      hold_pages(self, room, entry, rank, rank_phase::lost,
                  "went down before it answered (maybe only stopped or cut off)");
       fail_room(self, room, entry,
                 make_error(lserr::peer_lost,
@@ -374,8 +397,10 @@ receiver_actor::behavior_type receiver_impl(receiver_actor::stateful_pointer<rec
           return make_error(lserr::unknown_room,
                             "room " + std::to_string(msg.room) + " is not open");
         auto& entry = i->second;
-        return room_status{msg.room, entry.state,
-                           entry.failure ? describe(entry.failure) : std::string{}};
+        auto reason = entry.failure ? describe(entry.failure) : std::string{};
+        if (entry.held)
+          reason += "; " + held_note(entry);
+        return room_status{msg.room, entry.state, std::move(reason)};
       },
       [self](const room_deadline& msg) { on_room_deadline(self, msg); },
       [self](const close_room& msg) -> caf::result<caf::ok_atom> {

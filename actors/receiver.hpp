@@ -32,7 +32,9 @@
 // common/deadlines.hpp; a stopped process) or goes down before answering
 // ("down" is the control plane's verdict: a stopped or cut-off rank may
 // resume) holds the pages for as long as the receiver runs: leaking them is
-// safe, reusing them is not. A complete room's pages return on close_room.
+// safe, reusing them is not; refusals they cause (a full pool, a held room's
+// id opened again) and a held room's status say so. A complete room's pages
+// return on close_room.
 // Every prefill scheduler is monitored; once one is down, its waiting rooms
 // fail and new rooms fail at once.
 //
@@ -153,6 +155,10 @@ struct receiver_state {
   receiver_config cfg;
   std::unordered_map<room_id, room_entry> rooms;
   uint64_t next_serial = 0;
+  /// Pages and rooms held for good (room_entry::held), named in the refusals
+  /// they cause: a full pool or a busy room id.
+  uint64_t held_pages = 0;
+  uint32_t held_rooms = 0;
 
   /// Answers every room still waiting for its ranks with lserr::cancelled.
   ~receiver_state();

@@ -68,10 +68,14 @@ void run_stalled_room(caf::actor_system& sys, local_cluster& cluster) {
                                           "while the prefill rank could still write: "
                                        << describe(held.error());
   EXPECT_EQ(to_string(held->state), "failed");
+  EXPECT_NE(held->reason.find("its 16 pages stay held"), std::string::npos) << held->reason;
   auto third = ask<room_result>(self, rx, open_room{3, 320});
   ASSERT_TRUE(static_cast<bool>(third)) << describe(third.error());
   EXPECT_TRUE(is(third->status, lserr::bad_input)) << describe(third->status);
-  EXPECT_NE(describe(third->status).find("20 pages asked, 16 free"), std::string::npos)
+  EXPECT_NE(describe(third->status)
+                .find("20 pages asked, 16 free; 16 pages are held by 1 failed "
+                      "room a prefill rank may still write"),
+            std::string::npos)
       << describe(third->status);
 }
 

@@ -16,6 +16,7 @@ enum class answer {
   ok,              // write the rank's slice (if `write`), then kv_ready{ok}
   fail,            // kv_ready with a scripted failure
   in_flight,       // kv_ready failing with writes_in_flight (writes given up on)
+  in_flight_stray, // the same, naming another room and rank
   error_in_flight, // an error answer, writes_in_flight (a session's own timeout)
   refused,         // an error answer, unauthorized (a session refused it)
   hold,            // nothing until the test sends {release_atom, room}; then as `ok`
@@ -55,6 +56,9 @@ kv_ready answer_for(prefill_script& script, uint32_t rank, const transfer_info& 
     return kv_ready{info.room, rank, make_error(lserr::transfer_failed, "scripted failure"), 0};
   if (script.mode[rank] == answer::in_flight)
     return kv_ready{info.room, rank, make_error(lserr::writes_in_flight, "scripted give-up"), 0};
+  if (script.mode[rank] == answer::in_flight_stray)
+    return kv_ready{info.room + 1000, rank + 1,
+                    make_error(lserr::writes_in_flight, "scripted give-up"), 0};
   return write_slice(script, rank, info);
 }
 
@@ -374,9 +378,33 @@ CAF_TEST(a rank that gave up on writes in flight holds the pages for good) {
   CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
   CAF_CHECK(!close(25));
   CAF_CHECK_EQUAL(state_of(25), "failed"); // closed, still held
-  // Another room gets other pages.
+  CAF_CHECK(status(25).reason.find("its 2 pages stay held") != std::string::npos);
+  // The id stays taken, and the refusal says why.
+  auto again = open(25, 4);
+  auto refused = reply_of(again).status;
+  CAF_CHECK(is(refused, lserr::duplicate_room));
+  CAF_CHECK(mentions(refused, "room 25 failed and cannot be reused: its 2 pages stay held"));
+  // Another room gets other pages (and is held too: rank 1 gives up again).
   open(26, 4);
   CAF_CHECK_EQUAL(script->received.back().second.dst_pages, std::vector<uint64_t>({2}));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 3);
+  // A room that needs more than the free pages is told how many are held.
+  auto big = open(27, (pool_pages - 2) * 4);
+  auto full = reply_of(big).status;
+  CAF_CHECK(is(full, lserr::bad_input));
+  CAF_CHECK(mentions(full, "14 pages asked, 13 free; 3 pages are held by 2 failed rooms"));
+}
+
+CAF_TEST(a writes in flight answer for another room still holds the pages) {
+  spawn({answer::ok, answer::in_flight_stray});
+  open(29, 8); // pages 0-1
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  // The stray answer names another room, but its writes may land anywhere
+  // this room's transfer_info pointed them: the pages stay held.
+  CAF_CHECK(is(results->front().status, lserr::writes_in_flight));
+  CAF_CHECK(!close(29));
+  CAF_CHECK_EQUAL(state_of(29), "failed");
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
 }
 
 CAF_TEST(an error answer holds the pages unless the transfer_info never arrived) {
