@@ -497,6 +497,59 @@ TEST_P(FabricEngine, StoppingWithWritesInFlightAnswersEveryJobOnceAndReturnsProm
   initiator_.reset(); // closes the fids with the writes cancelled
 }
 
+TEST_P(FabricEngine, StoppingWithWritesStuckAtAStalledPeerSaysTheyMayStillLand) {
+  // The target stops making progress with its connection open, so the
+  // writes the initiator posts are never delivery-complete. Stopping the
+  // initiator then must not call them cancelled: the kernel may still
+  // deliver them. Jobs that posted nothing are cancelled.
+  if (GetParam() == "sockets")
+    GTEST_SKIP() << "sockets: the provider's own thread moves a target's data, so a target "
+                    "whose engine stops does not stall its writes";
+  if (GetParam() == "shm")
+    GTEST_SKIP() << "shm: closing an initiator endpoint with writes in flight inside the same "
+                    "process can crash libfabric 1.17 shm (see the test above)";
+  auto& src = sized(src_, 4 << 20);
+  auto& dst = sized(dst_, 4 << 20);
+  fabric::fabric_config init_cfg;
+  init_cfg.max_in_flight = 8;
+  init_cfg.max_write_size = 64 << 10;
+  init_cfg.max_write_iov = 1;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, 60s));
+  if (IsSkipped())
+    return;
+  ASSERT_FALSE(run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}}).status);
+  target_->stop();
+  const uint64_t posted_before = initiator_->stats().writes_posted.load();
+  constexpr uint64_t jobs = 4;
+  for (uint64_t i = 0; i < jobs; ++i)
+    ASSERT_FALSE(initiator_->submit(
+        10 + i, peer_, {{test::addr_of(src, i << 20), test::addr_of(dst, i << 20), 1 << 20}}));
+  // Bounded wait for the first write to be posted.
+  const auto by = std::chrono::steady_clock::now() + 10s;
+  while (initiator_->stats().writes_posted.load() == posted_before &&
+         std::chrono::steady_clock::now() < by)
+    std::this_thread::yield();
+  ASSERT_GT(initiator_->stats().writes_posted.load(), posted_before) << "nothing was posted";
+  std::this_thread::sleep_for(100ms); // let it post what the slots allow
+  ASSERT_EQ(done_.calls(10), 0) << "a job to the stalled peer ended before the stop";
+  initiator_->stop();
+  ASSERT_TRUE(done_.wait_count(jobs + 1, 5s));
+  uint64_t in_flight = 0;
+  for (uint64_t i = 0; i < jobs; ++i) {
+    auto r = done_.wait(10 + i, 0ms);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(done_.calls(10 + i), 1) << "job " << 10 + i;
+    ASSERT_TRUE(r->status) << "job " << 10 + i << " succeeded against a stalled peer";
+    if (is(r->status, lserr::writes_in_flight))
+      ++in_flight;
+    else
+      EXPECT_TRUE(is(r->status, lserr::cancelled)) << describe(r->status);
+  }
+  // The first job took the peer's slots: its writes are out there.
+  EXPECT_GE(in_flight, 1u) << "every job was reported cancelled although writes were posted";
+  initiator_.reset();
+}
+
 TEST_P(FabricEngine, AnInjectedCqErrorFailsExactlyItsJobAndOtherJobsLandBitExactly) {
   // Eight jobs (rooms) of 256 KiB each to one peer, all in flight together;
   // job 3's first completion is turned into an error completion.
