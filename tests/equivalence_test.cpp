@@ -22,6 +22,7 @@
 #include "config/loader.hpp"
 #include "node/device_select.hpp"
 #include "node/nodes.hpp"
+#include "tests/failing_device.hpp"
 
 using namespace layerstream;
 
@@ -268,53 +269,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Equivalence,
 
 namespace {
 
-/// A cpu_device whose forward reports a device error for the batches in
-/// `fail` (the rank's batch ids are 1, 2, ... in the order they run) after
-/// notifying only the first `notified` layers of them, as a GPU forward does
-/// when a kernel launch fails mid-batch. Its KV writes still happen: a room
-/// of a failed batch must fail although its bytes would check out.
-class failing_device final : public prefill_device {
- public:
-  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified)
-      : inner_(std::move(inner)), fail_(std::move(fail)), notified_(notified) {}
-
-  std::string name() const override { return "cpu (failing)"; }
-  const kv_layout& layout() const override { return inner_->layout(); }
-  std::vector<uint64_t> src_k_ptrs() const override { return inner_->src_k_ptrs(); }
-  std::vector<uint64_t> src_v_ptrs() const override { return inner_->src_v_ptrs(); }
-  memory_span src() const override { return inner_->src(); }
-  event_source& events() override { return inner_->events(); }
-  stream_handle notify_stream() const override { return inner_->notify_stream(); }
-
-  caf::expected<std::unique_ptr<forward_runner>>
-  make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
-               forward_runner::done_fn done) override {
-    // Batches run one after the other on the forward thread: the count of
-    // done calls so far names the running batch.
-    auto running = std::make_shared<std::atomic<uint64_t>>(1);
-    auto failing = [fail = fail_, running] {
-      return std::find(fail.begin(), fail.end(), running->load()) != fail.end();
-    };
-    return inner_->make_forward(
-        layer_compute,
-        [notify, failing, notified = notified_](uint32_t layer) {
-          if (!failing() || layer < notified)
-            notify(layer);
-        },
-        [done, failing, running](uint64_t batch, forward_timing timing) {
-          if (failing())
-            timing.status = make_error(lserr::event_failed, "kv_fill launch failed (test)");
-          ++*running;
-          done(batch, std::move(timing));
-        });
-  }
-
- private:
-  std::unique_ptr<cpu_device> inner_;
-  std::vector<uint64_t> fail_;
-  uint32_t notified_;
-};
-
 device_factory failing_devices(std::vector<uint64_t> fail, uint32_t notified) {
   return [fail, notified](const deployment_config& cfg,
                           uint32_t) -> caf::expected<std::unique_ptr<prefill_device>> {
@@ -322,7 +276,7 @@ device_factory failing_devices(std::vector<uint64_t> fail, uint32_t notified) {
     if (!dev)
       return dev.error();
     return std::unique_ptr<prefill_device>(
-        std::make_unique<failing_device>(std::move(*dev), fail, notified));
+        std::make_unique<layerstream::testing::failing_device>(std::move(*dev), fail, notified));
   };
 }
 

@@ -1,0 +1,205 @@
+// The prefill scheduler when one of its own requests goes unanswered: a real
+// scheduler and forward thread on a real actor system, with a stand-in
+// manager and transport that stay silent where a test says. The silent actor
+// may have handed writes to the provider, so each such room must answer
+// writes_in_flight (decode then keeps its pages, actors/receiver.hpp), never
+// a plain timeout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/scheduler.hpp"
+#include "common/log.hpp"
+#include "tests/failing_device.hpp"
+
+using namespace layerstream;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct scheduler_test_config : caf::actor_system_config {
+  scheduler_test_config() { layerstream::add_message_types(*this); }
+};
+
+/// What the stand-in manager answers, and the finishes it got.
+struct manager_script {
+  bool answer_setup = true;
+  bool answer_finish = false;
+  std::mutex mutex;
+  std::vector<room_id> finished;
+
+  bool got_finish(room_id room) {
+    std::lock_guard<std::mutex> guard{mutex};
+    return std::find(finished.begin(), finished.end(), room) != finished.end();
+  }
+};
+
+/// Answers setup (or not) and finish (or not); a silent answer is a
+/// response promise dropped undelivered, which the requester sees as a
+/// request timeout.
+manager_actor::behavior_type stand_in_manager(manager_actor::pointer self,
+                                              std::shared_ptr<manager_script> script) {
+  return {
+      [self, script](const setup&) -> caf::result<caf::ok_atom> {
+        if (script->answer_setup)
+          return caf::ok_atom::value;
+        return self->make_response_promise<caf::ok_atom>();
+      },
+      [](const layer_end&) {},
+      [self, script](const finish& msg) -> caf::result<finish_result> {
+        {
+          std::lock_guard<std::mutex> guard{script->mutex};
+          script->finished.push_back(msg.room);
+        }
+        if (script->answer_finish)
+          return finish_result{msg.room, {}, 2, 0};
+        return self->make_response_promise<finish_result>();
+      },
+  };
+}
+
+/// Connects every peer and never answers a submit (a transport stuck on a
+/// stalled link). Takes an argument: CAF 0.17 spawning a function without
+/// one dereferences a null argument tuple (UBSan).
+transport_actor::behavior_type silent_transport(transport_actor::pointer self, int) {
+  return {
+      [self](const submit&) -> caf::result<submit_done> {
+        return self->make_response_promise<submit_done>();
+      },
+      [self](const submit_batch&) -> caf::result<submit_batch_done> {
+        return self->make_response_promise<submit_batch_done>();
+      },
+      [](const connect_peer&) { return peer_id{1}; },
+  };
+}
+
+class SchedulerUnanswered : public ::testing::Test {
+ protected:
+  void SetUp() override { log::set_level("off"); } // the failures are expected
+
+  /// Spawns the scheduler over `device` (default: a cpu_device) and asks it
+  /// for room 5 (8 tokens, 2 pages); the answer, or a test failure.
+  kv_ready ask(bool per_layer, std::unique_ptr<prefill_device> device = nullptr) {
+    model_config model;
+    model.layers = 2;
+    model.kv_heads = 1;
+    model.head_dim = 4;
+    model.page_size = 4;
+    model.layer_compute = 1ms;
+    if (!device) {
+      auto cpu = cpu_device::create(model, 16);
+      EXPECT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
+      if (!cpu)
+        return {};
+      device = std::move(*cpu);
+    }
+    device_ = std::move(device);
+    scheduler_config cfg;
+    cfg.model = model;
+    cfg.transfer.per_layer = per_layer;
+    cfg.timeouts.room = 1s;   // setup wait 1 s, finish wait 3 s
+    cfg.timeouts.submit = 1s; // bulk submit wait 2 s
+    cfg.pool_pages = 16;
+    manager_ = sys_.spawn(stand_in_manager, script_);
+    transport_ = sys_.spawn(silent_transport, 0);
+    scheduler_ = sys_.spawn(scheduler_impl, cfg, device_.get(), transport_, manager_);
+
+    transfer_info info;
+    info.room = 5;
+    info.prompt_tokens = 8;
+    info.decode = fabric_peer{"test", {1, 2, 3}, {{0x10000, 1 << 20, 7}}};
+    info.dst_pages = {3, 1};
+    info.dst_k_ptrs = {0x10000, 0x20000};
+    info.dst_v_ptrs = {0x30000, 0x40000};
+    info.item_lens = device_->layout().item_lens();
+    info.cp_size = 1;
+    kv_ready out;
+    caf::scoped_actor self{sys_};
+    self->request(scheduler_, 30s, std::move(info))
+        .receive([&](kv_ready& ready) { out = std::move(ready); },
+                 [&](caf::error& err) { ADD_FAILURE() << "no kv_ready: " << describe(err); });
+    return out;
+  }
+
+  void TearDown() override {
+    caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(manager_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(transport_, caf::exit_reason::user_shutdown);
+    sys_.await_all_actors_done(); // the scheduler's forward thread stops before the device goes
+    device_.reset();
+  }
+
+  static bool mentions(const caf::error& err, const std::string& text) {
+    return describe(err).find(text) != std::string::npos;
+  }
+
+  std::shared_ptr<manager_script> script_ = std::make_shared<manager_script>();
+  scheduler_test_config cfg_;
+  caf::actor_system sys_{cfg_};
+  std::unique_ptr<prefill_device> device_;
+  manager_actor manager_;
+  transport_actor transport_;
+  scheduler_full_actor scheduler_;
+};
+
+TEST_F(SchedulerUnanswered, AnAnsweredFinishCompletesTheRoom) {
+  // The control: the same room completes when the manager answers.
+  script_->answer_finish = true;
+  auto ready = ask(true);
+  EXPECT_EQ(ready.room, 5u);
+  EXPECT_FALSE(ready.status) << describe(ready.status);
+}
+
+TEST_F(SchedulerUnanswered, AFinishTheManagerNeverAnswersSaysWritesInFlight) {
+  auto ready = ask(true);
+  EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
+  EXPECT_TRUE(mentions(ready.status, "finish:")) << describe(ready.status);
+  EXPECT_TRUE(script_->got_finish(5));
+}
+
+TEST_F(SchedulerUnanswered, ABulkSubmitTheTransportNeverAnswersSaysWritesInFlight) {
+  auto ready = ask(false);
+  EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
+  EXPECT_TRUE(mentions(ready.status, "bulk submit of layer")) << describe(ready.status);
+}
+
+TEST_F(SchedulerUnanswered, ASetupTheManagerNeverAnswersSaysWritesInFlightAndFinishesTheRoom) {
+  script_->answer_setup = false;
+  auto ready = ask(true);
+  EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
+  EXPECT_TRUE(mentions(ready.status, "setup:")) << describe(ready.status);
+  // The manager may have set the context up after all: it gets a finish so
+  // that the orphan winds down (bounded wait: the finish is a plain send).
+  const auto by = std::chrono::steady_clock::now() + 10s;
+  while (!script_->got_finish(5) && std::chrono::steady_clock::now() < by)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(script_->got_finish(5));
+}
+
+TEST_F(SchedulerUnanswered, AFailedForwardWithAnUnansweredFinishSaysWritesInFlightAfterItsReason) {
+  model_config model;
+  model.layers = 2;
+  model.kv_heads = 1;
+  model.head_dim = 4;
+  model.page_size = 4;
+  auto cpu = cpu_device::create(model, 16);
+  ASSERT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
+  // Batch 1 fails after notifying its first layer: that layer's writes may
+  // be out, and the finish that would tell goes unanswered.
+  auto ready = ask(true, std::make_unique<layerstream::testing::failing_device>(
+                             std::move(*cpu), std::vector<uint64_t>{1}, 1));
+  EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
+  EXPECT_TRUE(mentions(ready.status, "kv_fill launch failed (test)")) << describe(ready.status);
+}
+
+} // namespace
