@@ -30,6 +30,7 @@ void fail(room_pipeline& rp, caf::error err) {
 /// failure the list stays empty (fail closed).
 finish_result make_result(const room_pipeline& rp) {
   finish_result res{rp.req.room, rp.failure, rp.layers_sent, rp.bytes};
+  res.delivered_ns = rp.delivered_ns;
   if (res.status || rp.req.plan.empty())
     return res; // Failed, or no owned pages: a layer never reported has nothing to send.
   std::string listed;
@@ -63,7 +64,8 @@ void try_answer(room_pipeline& rp) {
   rp.finish_waiters.clear();
 }
 
-void on_submit_done(self_ptr self, size_t idx, uint32_t layer, caf::error status, uint64_t bytes) {
+void on_submit_done(self_ptr self, size_t idx, uint32_t layer, caf::error status, uint64_t bytes,
+                    int64_t delivered_ns = 0) {
   auto& st = self->state;
   auto& rp = st.rooms[idx];
   if (layer >= rp.layers.size() || rp.layers[layer] != layer_phase::submitted)
@@ -79,6 +81,7 @@ void on_submit_done(self_ptr self, size_t idx, uint32_t layer, caf::error status
     rp.layers[layer] = layer_phase::sent;
     ++rp.layers_sent;
     rp.bytes += bytes;
+    rp.delivered_ns = std::max(rp.delivered_ns, delivered_ns);
   }
   try_answer(rp);
 }
@@ -104,7 +107,7 @@ void send_group(self_ptr self, uint32_t layer, peer_group& g) {
         .then(
             [self, idx, layer](const submit_done& done) {
               handler_clock busy{self->state.cfg.handler_cpu};
-              on_submit_done(self, idx, layer, done.status, done.bytes);
+              on_submit_done(self, idx, layer, done.status, done.bytes, done.delivered_ns);
             },
             [self, idx, layer, transfer_error](caf::error& err) {
               on_submit_done(self, idx, layer, transfer_error(err), 0);
@@ -123,7 +126,8 @@ void send_group(self_ptr self, uint32_t layer, peer_group& g) {
               const auto idx = (*rooms)[k];
               const auto room = self->state.rooms[idx].req.room;
               if (k < done.rooms.size() && done.rooms[k].room == room)
-                on_submit_done(self, idx, layer, done.rooms[k].status, done.rooms[k].bytes);
+                on_submit_done(self, idx, layer, done.rooms[k].status, done.rooms[k].bytes,
+                               done.rooms[k].delivered_ns);
               else
                 // Its job's fate is unknown: its writes may still land.
                 on_submit_done(self, idx, layer,

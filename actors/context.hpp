@@ -115,6 +115,8 @@ struct room_pipeline {
   uint32_t outstanding = 0;
   uint32_t layers_sent = 0;
   uint64_t bytes = 0;
+  /// The latest submit_done::delivered_ns of its layers.
+  int64_t delivered_ns = 0;
   /// First failure; no submit after it.
   caf::error failure;
   std::vector<caf::typed_response_promise<finish_result>> finish_waiters;

@@ -94,21 +94,29 @@ caf::error expired(const scheduler_state& st, const prefill_room& rs,
                         ms(room) + " ms) ends: not started");
 }
 
-/// A room's chunk of batch `batch_id` finished its transfer.
+/// A room's chunk of batch `batch_id` finished its transfer; its last byte
+/// was delivery-complete at `delivered_ns` (0: nothing was sent).
 void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error status,
-                   uint64_t bytes) {
+                   uint64_t bytes, int64_t delivered_ns = 0) {
   auto& st = self->state;
   auto b = st.batches.find(batch_id);
   if (b != st.batches.end()) {
-    if (!status)
-      b->second.last_complete_ns = steady_ns();
-    if (--b->second.unsettled == 0) {
-      if (st.cfg.trace && b->second.last_complete_ns > 0)
+    auto& bs = b->second;
+    if (!status) {
+      bs.last_settled_ns = steady_ns();
+      bs.last_delivered_ns = std::max(bs.last_delivered_ns, delivered_ns);
+    }
+    if (--bs.unsettled == 0) {
+      // A batch that sent nothing (no owned pages) ends when it settles.
+      const auto end = bs.last_delivered_ns > 0 ? bs.last_delivered_ns : bs.last_settled_ns;
+      if (st.cfg.trace && end > 0)
         st.cfg.trace->span("exposed tail, batch " + std::to_string(batch_id), "tail",
-                           st.cfg.cp_rank, 1, b->second.forward_end_ns, b->second.last_complete_ns);
-      if (b->second.last_complete_ns > 0)
-        st.stats.tail_ns.push_back(
-            std::max<int64_t>(0, b->second.last_complete_ns - b->second.forward_end_ns));
+                           st.cfg.cp_rank, 1, bs.forward_end_ns, end);
+      if (end > 0) {
+        st.stats.tail_ns.push_back(std::max<int64_t>(0, end - bs.forward_end_ns));
+        st.stats.settled_tail_ns.push_back(
+            std::max<int64_t>(0, bs.last_settled_ns - bs.forward_end_ns));
+      }
       st.batches.erase(b);
     }
   }
@@ -133,56 +141,64 @@ void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error st
 /// already sent) plus the bulk bytes; any failure fails it with its reason.
 void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
                const transfer_plan& plan, const kv_pointers& ptrs,
-               const std::vector<uint32_t>& layers, uint64_t base_bytes) {
+               const std::vector<uint32_t>& layers, uint64_t base_bytes,
+               int64_t base_delivered_ns) {
   auto& st = self->state;
   struct progress {
     size_t left = 0;
     uint64_t bytes = 0;
+    int64_t delivered_ns = 0;
     caf::error status;
   };
   if (plan.empty() || layers.empty()) {
-    chunk_settled(self, batch_id, room, caf::error{}, base_bytes);
+    chunk_settled(self, batch_id, room, caf::error{}, base_bytes, base_delivered_ns);
     return;
   }
   auto p = std::make_shared<progress>();
   p->left = layers.size();
   p->bytes = base_bytes;
+  p->delivered_ns = base_delivered_ns;
   auto trace = st.cfg.trace;
   const auto rank = st.cfg.cp_rank;
   // The span of one layer, submit to completion, as the context records it.
   auto done = [self, batch_id, room, p, trace, rank](uint32_t layer, int64_t t0, caf::error status,
-                                                     uint64_t bytes) {
+                                                     uint64_t bytes, int64_t delivered_ns) {
     if (trace)
       trace->span("layer " + std::to_string(layer) + (status ? " failed" : ""), "transfer", rank,
                   room, t0, steady_ns());
-    if (status)
+    if (status) {
       keep_failure(p->status, std::move(status));
-    else
+    } else {
       p->bytes += bytes;
+      p->delivered_ns = std::max(p->delivered_ns, delivered_ns);
+    }
     if (--p->left == 0)
-      chunk_settled(self, batch_id, room, p->status, p->bytes);
+      chunk_settled(self, batch_id, room, p->status, p->bytes, p->delivered_ns);
   };
   for (auto layer : layers) {
     submit msg{room, layer, peer, {}};
     if (auto err = append_layer_blocks(plan, ptrs, layer, msg.blocks)) {
       keep_failure(p->status, std::move(err));
       if (--p->left == 0)
-        chunk_settled(self, batch_id, room, p->status, p->bytes);
+        chunk_settled(self, batch_id, room, p->status, p->bytes, p->delivered_ns);
       continue;
     }
     auto t0 = trace ? steady_ns() : 0;
     // Outlasts the engine's own write deadline (timeouts.submit), whose
     // reason says more than a request timeout.
     self->request(st.transport, submit_request_wait(st.cfg.timeouts.submit), std::move(msg))
-        .then([done, layer, t0](const submit_done& res) { done(layer, t0, res.status, res.bytes); },
-              [done, layer, t0](caf::error& err) {
-                // No answer from the transport: the writes may still land.
-                done(layer, t0,
-                     make_error(lserr::writes_in_flight, "bulk submit of layer " +
-                                                             std::to_string(layer) + ": " +
-                                                             describe(err)),
-                     0);
-              });
+        .then(
+            [done, layer, t0](const submit_done& res) {
+              done(layer, t0, res.status, res.bytes, res.delivered_ns);
+            },
+            [done, layer, t0](caf::error& err) {
+              // No answer from the transport: the writes may still land.
+              done(layer, t0,
+                   make_error(lserr::writes_in_flight, "bulk submit of layer " +
+                                                           std::to_string(layer) + ": " +
+                                                           describe(err)),
+                   0, 0);
+            });
   }
 }
 
@@ -201,7 +217,7 @@ void on_finish_result(self_ptr self, uint64_t batch_id, room_id room,
                       std::pair<uint64_t, uint64_t> chunk, const finish_result& res) {
   auto& st = self->state;
   if (!is(res.status, lserr::missing_layer) || res.unreported_layers.empty()) {
-    chunk_settled(self, batch_id, room, res.status, res.bytes);
+    chunk_settled(self, batch_id, room, res.status, res.bytes, res.delivered_ns);
     return;
   }
   auto i = st.rooms.find(room);
@@ -221,7 +237,7 @@ void on_finish_result(self_ptr self, uint64_t batch_id, room_id room,
     return;
   }
   send_bulk(self, batch_id, room, rs.peer, *plan, pointers_of(st, rs), res.unreported_layers,
-            res.bytes);
+            res.bytes, res.delivered_ns);
 }
 
 /// The forward did not write batch `msg.batch`'s KV: every room of it fails
@@ -296,7 +312,7 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
       if (!plan)
         chunk_settled(self, msg.batch, room, plan.error(), 0);
       else
-        send_bulk(self, msg.batch, room, rs.peer, *plan, ptrs, all_layers(ptrs), 0);
+        send_bulk(self, msg.batch, room, rs.peer, *plan, ptrs, all_layers(ptrs), 0, 0);
     }
   }
   try_start_batch(self);

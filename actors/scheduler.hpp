@@ -96,7 +96,10 @@ struct batch_state {
   std::vector<std::pair<uint64_t, uint64_t>> chunks;
   uint32_t unsettled = 0;
   int64_t forward_end_ns = 0;
-  int64_t last_complete_ns = 0;
+  /// The latest delivery-complete of its rooms' writes (the engine's view),
+  /// and when its last successful room settled here.
+  int64_t last_delivered_ns = 0;
+  int64_t last_settled_ns = 0;
 };
 
 struct scheduler_state {

@@ -106,7 +106,11 @@ std::optional<deployment_config> make_config(const tail_bench_options& o, const 
 /// What one workload run measured (the worst CP rank: decode completes a
 /// room only after every rank).
 struct run_sample {
+  /// Forward end to the last byte delivery-complete (the engine saw it).
   double tail_ms = 0;
+  /// Forward end to the scheduler having settled every room: the tail plus
+  /// the actor hops that report it.
+  double settled_ms = 0;
   double forward_ms = 0;
   std::vector<int64_t> notify_ns;
 };
@@ -145,6 +149,8 @@ std::optional<run_sample> run_once(caf::actor_system& sys, local_cluster& c,
     auto& b = before[r];
     for (size_t k = b.tail_ns.size(); k < a.tail_ns.size(); ++k)
       s.tail_ms = std::max(s.tail_ms, static_cast<double>(a.tail_ns[k]) / 1e6);
+    for (size_t k = b.settled_tail_ns.size(); k < a.settled_tail_ns.size(); ++k)
+      s.settled_ms = std::max(s.settled_ms, static_cast<double>(a.settled_tail_ns[k]) / 1e6);
     for (size_t k = b.forward_ns.size(); k < a.forward_ns.size(); ++k)
       s.forward_ms = std::max(s.forward_ms, static_cast<double>(a.forward_ns[k]) / 1e6);
     s.notify_ns.insert(s.notify_ns.end(),
@@ -368,6 +374,7 @@ struct bench_row {
   bench_shape shape;
   uint64_t layer_bytes = 0; // one layer's KV over all rooms and ranks
   double tail_bulk_ms = 0, tail_layer_ms = 0, layer_xfer_ms = 0;
+  double settled_bulk_ms = 0, settled_layer_ms = 0;
   double forward_none_ms = 0, forward_layer_ms = 0, slowdown_pct = 0;
   int64_t notify_median_ns = 0, notify_p99_ns = 0;
   handling_sample handling;
@@ -427,7 +434,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
       why = "per-layer cluster: " + describe(err);
       ok = false;
     }
-  std::vector<double> tails_bulk, tails_layer, fwd_none, fwd_layer;
+  std::vector<double> tails_bulk, tails_layer, settled_bulk, settled_layer, fwd_none, fwd_layer;
   std::vector<int64_t> notify;
   room_id next_room = 1;
   uint64_t hold = 1;
@@ -454,6 +461,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
         ok = false;
       } else if (rep >= 0) {
         (which == 1 ? tails_bulk : tails_layer).push_back(s->tail_ms);
+        (which == 1 ? settled_bulk : settled_layer).push_back(s->settled_ms);
         if (which == 2) {
           fwd_layer.push_back(s->forward_ms);
           notify.insert(notify.end(), s->notify_ns.begin(), s->notify_ns.end());
@@ -477,6 +485,8 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
     return std::nullopt;
   row.tail_bulk_ms = median(tails_bulk);
   row.tail_layer_ms = median(tails_layer);
+  row.settled_bulk_ms = median(settled_bulk);
+  row.settled_layer_ms = median(settled_layer);
   // The bulk tail is the whole transfer T (it starts at the forward's end);
   // T/L is one layer's share of it.
   row.layer_xfer_ms = row.tail_bulk_ms / shape.layers;
@@ -583,15 +593,15 @@ int run_tail_bench(const tail_bench_options& opts_in) {
       "layerstream bench tail: provider '%s' (write_iov %u), device %s, %u us compute per layer, "
       "%u interleaved repetitions (medians); T = the bulk tail, T/L its share per layer\n",
       o.provider.c_str(), o.write_iov, o.device.c_str(), o.layer_compute_us, o.repetitions);
-  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %6s %9s %8s "
-              "%6s %9s\n",
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s | %8s %8s %7s | %7s %7s | %9s "
+              "%6s %9s %8s %6s %9s\n",
               "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
-              "lay/blk", "fwd_none", "fwd_lay", "slow%", "ntf_p50", "ntf_p99", "act_cpu", "act%",
-              "act/room", "run_cpu", "run%", "hdl_lat");
-  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s %7s | %7s %7s | %9s %6s %9s %8s "
-              "%6s %9s\n",
-              "", "", "", "", "ms", "ms", "ms", "", "", "ms", "ms", "", "ns", "ns", "us/layer", "",
-              "ns/layer", "us/layer", "", "us");
+              "lay/blk", "set_bulk", "set_lay", "fwd_none", "fwd_lay", "slow%", "ntf_p50",
+              "ntf_p99", "act_cpu", "act%", "act/room", "run_cpu", "run%", "hdl_lat");
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s | %8s %8s %7s | %7s %7s | %9s "
+              "%6s %9s %8s %6s %9s\n",
+              "", "", "", "", "ms", "ms", "ms", "", "", "ms", "ms", "ms", "ms", "", "ns", "ns",
+              "us/layer", "", "ns/layer", "us/layer", "", "us");
   nlohmann::json configs = nlohmann::json::array();
   int rc = 0;
   for (const auto& shape : shapes_of(o)) {
@@ -608,15 +618,15 @@ int run_tail_bench(const tail_bench_options& opts_in) {
     const double hdl_pct = row->handling.cpu_us_per_layer / o.layer_compute_us * 100;
     const double act_pct = row->handling.handlers_us_per_layer / o.layer_compute_us * 100;
     const double act_per_room = row->handling.handlers_us_per_layer * 1000 / shape.rooms;
-    std::printf("%6u %5u %3u %9.0f | %9.2f %9.2f %8.3f | %7.2f %7.3f | %8.2f %8.2f %7.2f | %7lld "
-                "%7lld | %9.1f %6.2f %9.0f %8.1f %6.2f %9.1f\n",
-                shape.layers, shape.rooms, shape.cp, static_cast<double>(row->layer_bytes) / 1024,
-                row->tail_bulk_ms, row->tail_layer_ms, row->layer_xfer_ms, per_layer_ratio,
-                bulk_ratio, row->forward_none_ms, row->forward_layer_ms, row->slowdown_pct,
-                static_cast<long long>(row->notify_median_ns),
-                static_cast<long long>(row->notify_p99_ns), row->handling.handlers_us_per_layer,
-                act_pct, act_per_room, row->handling.cpu_us_per_layer, hdl_pct,
-                row->handling.latency_us_median);
+    std::printf(
+        "%6u %5u %3u %9.0f | %9.2f %9.2f %8.3f | %7.2f %7.3f | %8.2f %8.2f | %8.2f %8.2f "
+        "%7.2f | %7lld %7lld | %9.1f %6.2f %9.0f %8.1f %6.2f %9.1f\n",
+        shape.layers, shape.rooms, shape.cp, static_cast<double>(row->layer_bytes) / 1024,
+        row->tail_bulk_ms, row->tail_layer_ms, row->layer_xfer_ms, per_layer_ratio, bulk_ratio,
+        row->settled_bulk_ms, row->settled_layer_ms, row->forward_none_ms, row->forward_layer_ms,
+        row->slowdown_pct, static_cast<long long>(row->notify_median_ns),
+        static_cast<long long>(row->notify_p99_ns), row->handling.handlers_us_per_layer, act_pct,
+        act_per_room, row->handling.cpu_us_per_layer, hdl_pct, row->handling.latency_us_median);
     std::fflush(stdout);
     configs.push_back(
         {{"layers", shape.layers},
@@ -627,6 +637,8 @@ int run_tail_bench(const tail_bench_options& opts_in) {
          {"layer_compute_ms", o.layer_compute_us / 1000.0},
          {"tail_bulk_ms", row->tail_bulk_ms},
          {"tail_layer_ms", row->tail_layer_ms},
+         {"tail_bulk_settled_ms", row->settled_bulk_ms},
+         {"tail_layer_settled_ms", row->settled_layer_ms},
          {"layer_xfer_ms", row->layer_xfer_ms},
          {"tail_layer_over_layer_xfer", per_layer_ratio},
          {"tail_layer_over_tail_bulk", bulk_ratio},

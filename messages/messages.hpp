@@ -159,14 +159,20 @@ struct submit_done {
   uint32_t layer = 0;
   caf::error status;
   uint64_t bytes = 0;
+  /// Steady-clock ns when the engine saw the last write delivery-complete
+  /// (status ok only; 0 otherwise). Process-local: the transport and its
+  /// contexts share one process.
+  int64_t delivered_ns = 0;
   friend bool operator==(const submit_done& a, const submit_done& b) {
-    return a.room == b.room && a.layer == b.layer && a.status == b.status && a.bytes == b.bytes;
+    return a.room == b.room && a.layer == b.layer && a.status == b.status && a.bytes == b.bytes &&
+           a.delivered_ns == b.delivered_ns;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, submit_done& x) {
-  return inspect_fields(f, caf::meta::type_name("submit_done"), x.room, x.layer, x.status, x.bytes);
+  return inspect_fields(f, caf::meta::type_name("submit_done"), x.room, x.layer, x.status, x.bytes,
+                        x.delivered_ns);
 }
 
 /// One room's part of a batched submit: the next `count` blocks of the
@@ -272,16 +278,19 @@ struct finish_result {
   // "= {}" keeps the four-field form {room, status, sent, bytes} free of
   // -Wmissing-field-initializers.
   std::vector<uint32_t> unreported_layers = {};
+  /// The latest submit_done::delivered_ns of its layers (0: none delivered).
+  int64_t delivered_ns = 0;
   friend bool operator==(const finish_result& a, const finish_result& b) {
     return a.room == b.room && a.status == b.status && a.layers_sent == b.layers_sent &&
-           a.bytes == b.bytes && a.unreported_layers == b.unreported_layers;
+           a.bytes == b.bytes && a.unreported_layers == b.unreported_layers &&
+           a.delivered_ns == b.delivered_ns;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish_result& x) {
   return inspect_fields(f, caf::meta::type_name("finish_result"), x.room, x.status, x.layers_sent,
-                        x.bytes, x.unreported_layers);
+                        x.bytes, x.unreported_layers, x.delivered_ns);
 }
 
 /// context -> itself: the deadline for `room`'s outstanding layers after its `finish`.
@@ -477,9 +486,12 @@ struct scheduler_stats {
   uint64_t rooms_failed = 0;
   uint64_t bytes = 0;
   /// Per batch: forward time and exposed tail (forward end to the last byte
-  /// of the batch delivery-complete), ns.
+  /// of the batch delivery-complete, as the engine saw its completion), ns.
   std::vector<int64_t> forward_ns;
   std::vector<int64_t> tail_ns;
+  /// Per batch: forward end to the moment this scheduler had settled every
+  /// room of it (the tail plus the actor hops that report it), ns.
+  std::vector<int64_t> settled_tail_ns;
   /// Per layer of every batch: the notifier call on the forward thread, ns
   /// (the first notify_samples_max only).
   std::vector<int64_t> notify_ns;
@@ -492,16 +504,17 @@ struct scheduler_stats {
   friend bool operator==(const scheduler_stats& a, const scheduler_stats& b) {
     return a.rooms_complete == b.rooms_complete && a.rooms_failed == b.rooms_failed &&
            a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns &&
-           a.notify_ns == b.notify_ns && a.rooms_open == b.rooms_open &&
-           a.pages_free == b.pages_free && a.pages_total == b.pages_total;
+           a.settled_tail_ns == b.settled_tail_ns && a.notify_ns == b.notify_ns &&
+           a.rooms_open == b.rooms_open && a.pages_free == b.pages_free &&
+           a.pages_total == b.pages_total;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return inspect_fields(f, caf::meta::type_name("scheduler_stats"), x.rooms_complete,
-                        x.rooms_failed, x.bytes, x.forward_ns, x.tail_ns, x.notify_ns, x.rooms_open,
-                        x.pages_free, x.pages_total);
+                        x.rooms_failed, x.bytes, x.forward_ns, x.tail_ns, x.settled_tail_ns,
+                        x.notify_ns, x.rooms_open, x.pages_free, x.pages_total);
 }
 
 // -- receiver (decode rank) --------------------------------------------------

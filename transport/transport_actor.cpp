@@ -145,6 +145,7 @@ void settle_job(transport_state& st, fabric::job_result& done) {
     auto& slot = b->second.answer.rooms[route.index];
     slot.status = std::move(done.status);
     slot.bytes = done.bytes;
+    slot.delivered_ns = done.delivered_ns;
     if (--b->second.outstanding == 0) {
       b->second.promise.deliver(std::move(b->second.answer));
       st.batches.erase(b);
@@ -155,7 +156,8 @@ void settle_job(transport_state& st, fabric::job_result& done) {
   if (i == st.pending.end())
     return;
   auto& p = i->second;
-  p.promise.deliver(submit_done{p.room, p.layer, std::move(done.status), done.bytes});
+  p.promise.deliver(
+      submit_done{p.room, p.layer, std::move(done.status), done.bytes, done.delivered_ns});
   st.pending.erase(i);
 }
 

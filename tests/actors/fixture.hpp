@@ -34,6 +34,9 @@ struct transport_script {
   std::set<std::pair<room_id, uint32_t>> fail;
   /// Keep every answer until the test sends {release_atom, room, layer}.
   bool hold = false;
+  /// Successful answers say they were delivered at 1000 * (layer + 1) + room
+  /// ns (else 0, as a transport that does not say).
+  bool stamp_delivery = false;
   std::map<std::pair<room_id, uint32_t>, std::pair<caf::response_promise, submit_done>> held;
   /// Held batches, by (first room, layer).
   std::map<std::pair<room_id, uint32_t>, std::pair<caf::response_promise, submit_batch_done>>
@@ -50,9 +53,12 @@ inline uint64_t bytes_of(const std::vector<block>& blocks) {
 /// The scripted answer for one room's part.
 inline submit_done scripted_answer(transport_script& script, const submit& msg) {
   submit_done done{msg.room, msg.layer, {}, bytes_of(msg.blocks)};
+  if (script.stamp_delivery)
+    done.delivered_ns = 1000 * (int64_t{msg.layer} + 1) + static_cast<int64_t>(msg.room);
   if (script.fail.count(std::make_pair(msg.room, msg.layer)) > 0) {
     done.status = make_error(lserr::transfer_failed, "scripted failure");
     done.bytes = 0;
+    done.delivered_ns = 0;
   }
   return done;
 }

@@ -118,10 +118,11 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(room_blocks{7, 3});
   round_trip(submit_batch{2, 4, {{5, 2}, {6, 0}}, {{1, 2, 3}, {4, 5, 6}}});
   round_trip(submit_batch_done{
-      2, {{5, 2, caf::error{}, 6}, {6, 2, make_error(lserr::out_of_region, "page 9"), 0}}});
+      2, {{5, 2, caf::error{}, 6, 1234}, {6, 2, make_error(lserr::out_of_region, "page 9"), 0}}});
   round_trip(finish{5});
   round_trip(finish_result{5, make_error(lserr::timeout, "late"), 2, 99});
   round_trip(finish_result{5, make_error(lserr::missing_layer, "2 layers"), 1, 98, {0, 3}});
+  round_trip(finish_result{5, {}, 2, 100, {}, 1ll << 60});
   round_trip(finish_deadline{5});
   round_trip(transfer_info{
       42, 1000, some_peer(), {9, 8, 7}, {1, 2}, {3, 4}, {64, 64, 32, 32}, 2, {0xab, 0xcd}});
@@ -131,7 +132,7 @@ CAF_TEST(every message type round - trips through caf serialization) {
       batch_done{4, 10, 20, {}, make_error(lserr::event_failed, "kv_fill launch: no device")});
   round_trip(hold_forward{16, 7, caf::timespan{std::chrono::seconds(10)}});
   round_trip(stats_query{});
-  round_trip(scheduler_stats{1, 2, 3, {4, 5}, {6}, {7, 8}, 9, 10, 11});
+  round_trip(scheduler_stats{1, 2, 3, {4, 5}, {6}, {12}, {7, 8}, 9, 10, 11});
   round_trip(open_room{1, 2});
   round_trip(room_result{1, make_error(lserr::bad_input, "bytes differ"), 3, true, 4, 5});
   round_trip(close_room{1});

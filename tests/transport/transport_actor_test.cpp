@@ -15,6 +15,7 @@
 #include <caf/send.hpp>
 #include <gtest/gtest.h>
 
+#include "common/trace.hpp"
 #include "tests/transport/fabric_test_util.hpp"
 #include "transport/transport_actor.hpp"
 
@@ -99,12 +100,18 @@ TEST_P(TransportActor, SubmitIsAnsweredWithSubmitDoneOnceTheBytesAreAtTheTarget)
         {test::addr_of(src_, page * 65536), test::addr_of(dst_, (63 - page) * 65536), 65536});
     bytes += 65536;
   }
+  const auto sent_ns = steady_ns();
   auto done = send_submit(submit{42, 3, *peer, blocks});
+  const auto answered_ns = steady_ns();
   ASSERT_TRUE(done) << describe(done.error());
   EXPECT_FALSE(done->status) << describe(done->status);
   EXPECT_EQ(done->room, 42u);
   EXPECT_EQ(done->layer, 3u);
   EXPECT_EQ(done->bytes, bytes);
+  // When the engine saw the last write delivered: after the submit, before
+  // the answer came back (the exposed tail ends there, not at the answer).
+  EXPECT_GE(done->delivered_ns, sent_ns);
+  EXPECT_LE(done->delivered_ns, answered_ns);
   for (uint64_t page = 0; page < 64; ++page)
     ASSERT_EQ(std::memcmp(dst_.data() + (63 - page) * 65536, src_.data() + page * 65536, 65536), 0)
         << "page " << page;
@@ -163,6 +170,10 @@ TEST_P(TransportActor, ASubmitBatchAnswersEveryRoomInOrderAndAFailedRoomSparesIt
   EXPECT_EQ(done->rooms[0].bytes, 16u * 4096);
   EXPECT_EQ(done->rooms[1].bytes, 0u);
   EXPECT_EQ(done->rooms[2].bytes, 16u * 4096);
+  // Delivered rooms say when; the refused one has no delivery time.
+  EXPECT_GT(done->rooms[0].delivered_ns, 0);
+  EXPECT_EQ(done->rooms[1].delivered_ns, 0);
+  EXPECT_GT(done->rooms[2].delivered_ns, 0);
   // Rooms 10 and 12 landed (pages 0..15 and 32..47); room 11 wrote nothing.
   EXPECT_EQ(std::memcmp(dst_.data(), src_.data(), 16 * 4096), 0);
   EXPECT_EQ(std::memcmp(dst_.data() + 32 * 4096, src_.data() + 32 * 4096, 16 * 4096), 0);

@@ -16,6 +16,7 @@
 #include <rdma/fi_rma.h>
 
 #include "common/log.hpp"
+#include "common/trace.hpp"
 #include "transport/fabric/fabric_check.hpp"
 
 namespace layerstream::fabric {
@@ -598,7 +599,7 @@ void engine::finish_jobs() {
       continue;
     j.reported = true;
     if (on_done_)
-      on_done_(job_result{j.id, j.status, j.bytes_done});
+      on_done_(job_result{j.id, j.status, j.bytes_done, j.status ? 0 : steady_ns()});
   }
   while (!active_.empty() && active_.front()->reported && active_.front()->in_flight == 0)
     active_.pop_front();
