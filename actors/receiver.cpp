@@ -222,9 +222,10 @@ std::string held_note(const room_entry& entry) {
 std::string held_count(const receiver_state& st) {
   if (st.held_rooms == 0)
     return {};
-  return "; " + std::to_string(st.held_pages) + " pages are held by " +
+  return "; " + std::to_string(st.held_pages) +
+         (st.held_pages == 1 ? " page is held by " : " pages are held by ") +
          std::to_string(st.held_rooms) + (st.held_rooms == 1 ? " failed room" : " failed rooms") +
-         " a prefill rank may still write (they return when decode restarts)";
+         " that a prefill rank may still write into (they return when decode restarts)";
 }
 
 /// Pages needed for `tokens` tokens, without overflow.

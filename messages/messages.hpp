@@ -486,11 +486,14 @@ struct scheduler_stats {
   uint64_t rooms_failed = 0;
   uint64_t bytes = 0;
   /// Per batch: forward time and exposed tail (forward end to the last byte
-  /// of the batch delivery-complete, as the engine saw its completion), ns.
+  /// of the batch's successful rooms delivery-complete, when the engine read
+  /// that completion; a batch that sent nothing ends when it settles), ns. A
+  /// batch with no successful room adds no tail.
   std::vector<int64_t> forward_ns;
   std::vector<int64_t> tail_ns;
-  /// Per batch: forward end to the moment this scheduler had settled every
-  /// room of it (the tail plus the actor hops that report it), ns.
+  /// Per batch, next to tail_ns: forward end to when this scheduler settled
+  /// the batch's last successful room (the tail plus the actor hops that
+  /// report it), ns.
   std::vector<int64_t> settled_tail_ns;
   /// Per layer of every batch: the notifier call on the forward thread, ns
   /// (the first notify_samples_max only).
@@ -613,7 +616,8 @@ std::string to_string(room_state state);
 struct room_status {
   room_id room = 0;
   room_state state = room_state::waiting;
-  /// Why the room failed (describe() of its error); empty otherwise.
+  /// Why the room failed (describe() of its error), and for a room whose
+  /// pages stay held, that they do; empty otherwise.
   std::string reason;
   friend bool operator==(const room_status& a, const room_status& b) {
     return a.room == b.room && a.state == b.state && a.reason == b.reason;

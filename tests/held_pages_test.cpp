@@ -74,7 +74,7 @@ void run_stalled_room(caf::actor_system& sys, local_cluster& cluster) {
   EXPECT_TRUE(is(third->status, lserr::bad_input)) << describe(third->status);
   EXPECT_NE(describe(third->status)
                 .find("20 pages asked, 16 free; 16 pages are held by 1 failed "
-                      "room a prefill rank may still write"),
+                      "room that a prefill rank may still write into"),
             std::string::npos)
       << describe(third->status);
 }

@@ -1,13 +1,17 @@
-// The prefill scheduler when one of its own requests goes unanswered: a real
-// scheduler and forward thread on a real actor system, with a stand-in
-// manager and transport that stay silent where a test says. The silent actor
-// may have handed writes to the provider, so each such room must answer
-// writes_in_flight (decode then keeps its pages, actors/receiver.hpp), never
-// a plain timeout.
+// The prefill scheduler against stand-in manager and transport actors: a
+// real scheduler and its forward thread on a real actor system (so real
+// threads and wall-clock deadlines of 1-3 s, not the CAF test DSL: the
+// forward thread sends from outside the actor system).
+// - When one of its requests goes unanswered, the silent actor may have
+//   handed writes to the provider, so the room must answer writes_in_flight
+//   (decode then keeps its pages, actors/receiver.hpp), never a plain timeout.
+// - The exposed tail ends when the last byte was delivered, as the answers
+//   say, not when the scheduler heard of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +24,7 @@
 
 #include "actors/scheduler.hpp"
 #include "common/log.hpp"
+#include "common/trace.hpp"
 #include "tests/failing_device.hpp"
 
 using namespace layerstream;
@@ -31,10 +36,20 @@ struct scheduler_test_config : caf::actor_system_config {
   scheduler_test_config() { layerstream::add_message_types(*this); }
 };
 
+using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
+
+/// Answers held back until a delayed {deliver_atom, room} (actor-only).
+template <class Answer>
+using held_answers =
+    std::map<room_id, std::vector<std::pair<caf::typed_response_promise<Answer>, Answer>>>;
+
 /// What the stand-in manager answers, and the finishes it got.
 struct manager_script {
   bool answer_setup = true;
   bool answer_finish = false;
+  /// An answered finish says the room was delivered when the finish came,
+  /// and goes out this much later.
+  caf::timespan finish_delay{0};
   std::mutex mutex;
   std::vector<room_id> finished;
 
@@ -44,11 +59,14 @@ struct manager_script {
   }
 };
 
-/// Answers setup (or not) and finish (or not); a silent answer is a
+using stand_in_manager_actor = manager_actor::extend<caf::reacts_to<deliver_atom, room_id>>;
+
+/// Answers setup (or not) and finish (or not, or late); a silent answer is a
 /// response promise dropped undelivered, which the requester sees as a
 /// request timeout.
-manager_actor::behavior_type stand_in_manager(manager_actor::pointer self,
-                                              std::shared_ptr<manager_script> script) {
+stand_in_manager_actor::behavior_type stand_in_manager(stand_in_manager_actor::pointer self,
+                                                       std::shared_ptr<manager_script> script) {
+  auto held = std::make_shared<held_answers<finish_result>>();
   return {
       [self, script](const setup&) -> caf::result<caf::ok_atom> {
         if (script->answer_setup)
@@ -56,25 +74,54 @@ manager_actor::behavior_type stand_in_manager(manager_actor::pointer self,
         return self->make_response_promise<caf::ok_atom>();
       },
       [](const layer_end&) {},
-      [self, script](const finish& msg) -> caf::result<finish_result> {
+      [self, script, held](const finish& msg) -> caf::result<finish_result> {
         {
           std::lock_guard<std::mutex> guard{script->mutex};
           script->finished.push_back(msg.room);
         }
-        if (script->answer_finish)
-          return finish_result{msg.room, {}, 2, 0};
-        return self->make_response_promise<finish_result>();
+        if (!script->answer_finish)
+          return self->make_response_promise<finish_result>();
+        finish_result res{msg.room, {}, 2, 0, {}, steady_ns()};
+        if (script->finish_delay == caf::timespan{0})
+          return res;
+        auto rp = self->make_response_promise<finish_result>();
+        (*held)[msg.room].emplace_back(rp, res);
+        self->delayed_send(self, script->finish_delay, deliver_atom::value, msg.room);
+        return rp;
+      },
+      [held](deliver_atom, room_id room) {
+        for (auto& [rp, res] : (*held)[room])
+          rp.deliver(res);
+        held->erase(room);
       },
   };
 }
 
-/// Connects every peer and never answers a submit (a transport stuck on a
-/// stalled link). Takes an argument: CAF 0.17 spawning a function without
-/// one dereferences a null argument tuple (UBSan).
-transport_actor::behavior_type silent_transport(transport_actor::pointer self, int) {
+using stand_in_transport_actor = transport_actor::extend<caf::reacts_to<deliver_atom, room_id>>;
+
+/// Connects every peer. Without `answer_delay` it never answers a submit (a
+/// transport stuck on a stalled link); with it, it answers each submit as
+/// delivered when it came, that much later.
+stand_in_transport_actor::behavior_type stand_in_transport(stand_in_transport_actor::pointer self,
+                                                           caf::timespan answer_delay) {
+  auto held = std::make_shared<held_answers<submit_done>>();
   return {
-      [self](const submit&) -> caf::result<submit_done> {
-        return self->make_response_promise<submit_done>();
+      [self, held, answer_delay](const submit& msg) -> caf::result<submit_done> {
+        auto rp = self->make_response_promise<submit_done>();
+        if (answer_delay == caf::timespan{0})
+          return rp;
+        uint64_t bytes = 0;
+        for (const auto& b : msg.blocks)
+          bytes += b.len;
+        (*held)[msg.room].emplace_back(rp,
+                                       submit_done{msg.room, msg.layer, {}, bytes, steady_ns()});
+        self->delayed_send(self, answer_delay, deliver_atom::value, msg.room);
+        return rp;
+      },
+      [held](deliver_atom, room_id room) {
+        for (auto& [rp, res] : (*held)[room])
+          rp.deliver(res);
+        held->erase(room);
       },
       [self](const submit_batch&) -> caf::result<submit_batch_done> {
         return self->make_response_promise<submit_batch_done>();
@@ -83,7 +130,7 @@ transport_actor::behavior_type silent_transport(transport_actor::pointer self, i
   };
 }
 
-class SchedulerUnanswered : public ::testing::Test {
+class SchedulerWithStandIns : public ::testing::Test {
  protected:
   void SetUp() override { log::set_level("off"); } // the failures are expected
 
@@ -110,8 +157,8 @@ class SchedulerUnanswered : public ::testing::Test {
     cfg.timeouts.room = 1s;   // setup wait 1 s, finish wait 3 s
     cfg.timeouts.submit = 1s; // bulk submit wait 2 s
     cfg.pool_pages = 16;
-    manager_ = sys_.spawn(stand_in_manager, script_);
-    transport_ = sys_.spawn(silent_transport, 0);
+    manager_ = caf::actor_cast<manager_actor>(sys_.spawn(stand_in_manager, script_));
+    transport_ = caf::actor_cast<transport_actor>(sys_.spawn(stand_in_transport, transport_delay_));
     scheduler_ = sys_.spawn(scheduler_impl, cfg, device_.get(), transport_, manager_);
 
     transfer_info info;
@@ -139,6 +186,28 @@ class SchedulerUnanswered : public ::testing::Test {
     device_.reset();
   }
 
+  /// The scheduler's stats (after the room answered: its batch settled).
+  scheduler_stats stats() {
+    scheduler_stats out;
+    caf::scoped_actor self{sys_};
+    self->request(scheduler_, 10s, stats_query{})
+        .receive([&](scheduler_stats& s) { out = std::move(s); },
+                 [&](caf::error& err) { ADD_FAILURE() << "no stats: " << describe(err); });
+    return out;
+  }
+
+  /// The one batch's tail ends when its last byte was delivered (as the
+  /// answers said), at least `delay` before the scheduler settled it.
+  void expect_tail_ends_at_delivery(caf::timespan delay) {
+    auto s = stats();
+    ASSERT_EQ(s.tail_ns.size(), 1u);
+    ASSERT_EQ(s.settled_tail_ns.size(), 1u);
+    const auto hops = std::chrono::nanoseconds{s.settled_tail_ns[0] - s.tail_ns[0]};
+    EXPECT_GE(hops, delay * 3 / 4)
+        << "the tail ran to the settle, not to the delivery: tail " << s.tail_ns[0]
+        << " ns, settled " << s.settled_tail_ns[0] << " ns";
+  }
+
   static bool mentions(const caf::error& err, const std::string& text) {
     return describe(err).find(text) != std::string::npos;
   }
@@ -147,12 +216,14 @@ class SchedulerUnanswered : public ::testing::Test {
   scheduler_test_config cfg_;
   caf::actor_system sys_{cfg_};
   std::unique_ptr<prefill_device> device_;
+  /// The stand-in transport's answer delay (0: it never answers).
+  caf::timespan transport_delay_{0};
   manager_actor manager_;
   transport_actor transport_;
   scheduler_full_actor scheduler_;
 };
 
-TEST_F(SchedulerUnanswered, AnAnsweredFinishCompletesTheRoom) {
+TEST_F(SchedulerWithStandIns, AnAnsweredFinishCompletesTheRoom) {
   // The control: the same room completes when the manager answers.
   script_->answer_finish = true;
   auto ready = ask(true);
@@ -160,20 +231,35 @@ TEST_F(SchedulerUnanswered, AnAnsweredFinishCompletesTheRoom) {
   EXPECT_FALSE(ready.status) << describe(ready.status);
 }
 
-TEST_F(SchedulerUnanswered, AFinishTheManagerNeverAnswersSaysWritesInFlight) {
+TEST_F(SchedulerWithStandIns, APerLayerTailEndsAtTheLastDeliveryNotAtTheLateFinish) {
+  script_->answer_finish = true;
+  script_->finish_delay = 200ms;
+  auto ready = ask(true);
+  EXPECT_FALSE(ready.status) << describe(ready.status);
+  expect_tail_ends_at_delivery(200ms);
+}
+
+TEST_F(SchedulerWithStandIns, ABulkTailEndsAtTheLastDeliveryNotAtTheLateAnswer) {
+  transport_delay_ = 200ms;
+  auto ready = ask(false);
+  EXPECT_FALSE(ready.status) << describe(ready.status);
+  expect_tail_ends_at_delivery(200ms);
+}
+
+TEST_F(SchedulerWithStandIns, AFinishTheManagerNeverAnswersSaysWritesInFlight) {
   auto ready = ask(true);
   EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
   EXPECT_TRUE(mentions(ready.status, "finish:")) << describe(ready.status);
   EXPECT_TRUE(script_->got_finish(5));
 }
 
-TEST_F(SchedulerUnanswered, ABulkSubmitTheTransportNeverAnswersSaysWritesInFlight) {
+TEST_F(SchedulerWithStandIns, ABulkSubmitTheTransportNeverAnswersSaysWritesInFlight) {
   auto ready = ask(false);
   EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
   EXPECT_TRUE(mentions(ready.status, "bulk submit of layer")) << describe(ready.status);
 }
 
-TEST_F(SchedulerUnanswered, ASetupTheManagerNeverAnswersSaysWritesInFlightAndFinishesTheRoom) {
+TEST_F(SchedulerWithStandIns, ASetupTheManagerNeverAnswersSaysWritesInFlightAndFinishesTheRoom) {
   script_->answer_setup = false;
   auto ready = ask(true);
   EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
@@ -186,7 +272,8 @@ TEST_F(SchedulerUnanswered, ASetupTheManagerNeverAnswersSaysWritesInFlightAndFin
   EXPECT_TRUE(script_->got_finish(5));
 }
 
-TEST_F(SchedulerUnanswered, AFailedForwardWithAnUnansweredFinishSaysWritesInFlightAfterItsReason) {
+TEST_F(SchedulerWithStandIns,
+       AFailedForwardWithAnUnansweredFinishSaysWritesInFlightAfterItsReason) {
   model_config model;
   model.layers = 2;
   model.kv_heads = 1;

@@ -1,7 +1,8 @@
 // The libfabric transport actor: implements `transport_actor`
 // (transport/transport_protocol.hpp):
 //   connect_peer{peer}                  -> peer_id
-//   submit{room, layer, peer, blocks}   -> submit_done{room, layer, status, bytes}
+//   submit{room, layer, peer, blocks}   -> submit_done{room, layer, status, bytes,
+//                                                      delivered_ns}
 //   submit_batch{layer, peer, rooms}    -> submit_batch_done{layer, one submit_done per room}
 //                                          (one engine job per room)
 //

@@ -395,6 +395,17 @@ CAF_TEST(a rank that gave up on writes in flight holds the pages for good) {
   CAF_CHECK(mentions(full, "14 pages asked, 13 free; 3 pages are held by 2 failed rooms"));
 }
 
+CAF_TEST(a room held by two ranks counts its pages once) {
+  spawn({answer::in_flight, answer::in_flight});
+  open(31, 8); // pages 0-1, held by both ranks
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  CAF_CHECK(is(results->front().status, lserr::writes_in_flight));
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  auto big = open(32, (pool_pages - 1) * 4);
+  auto full = reply_of(big).status;
+  CAF_CHECK(mentions(full, "15 pages asked, 14 free; 2 pages are held by 1 failed room that"));
+}
+
 CAF_TEST(a writes in flight answer for another room still holds the pages) {
   spawn({answer::ok, answer::in_flight_stray});
   open(29, 8); // pages 0-1

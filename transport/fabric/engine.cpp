@@ -117,6 +117,9 @@ struct engine::job {
   uint64_t bytes_total = 0;
   uint64_t bytes_done = 0;
   uint64_t in_flight = 0;
+  // Steady ns of the CQ read that brought its latest completion: after its
+  // last one, when its bytes were known to be at the target.
+  int64_t delivered_ns = 0;
   caf::error status;
   bool reported = false;
   // The provider answered -FI_EAGAIN to one of its writes.
@@ -370,6 +373,7 @@ int engine::read_cq() {
   for (int batch = 0; batch < 16; ++batch) {
     const ssize_t n = fi_cq_read(cq, entries, cq_batch);
     if (n > 0) {
+      const int64_t read_ns = steady_ns();
       for (ssize_t i = 0; i < n; ++i) {
         if (entries[i].op_context == nullptr)
           continue; // not ours (a target sees none for plain RMA writes)
@@ -383,6 +387,7 @@ int engine::read_cq() {
         j->in_flight -= 1;
         j->peer->in_flight -= 1;
         j->bytes_done += o->len;
+        j->delivered_ns = read_ns;
         o->owner = nullptr;
         free_ops_.push_back(o);
         --in_flight_;
@@ -599,7 +604,7 @@ void engine::finish_jobs() {
       continue;
     j.reported = true;
     if (on_done_)
-      on_done_(job_result{j.id, j.status, j.bytes_done, j.status ? 0 : steady_ns()});
+      on_done_(job_result{j.id, j.status, j.bytes_done, j.status ? 0 : j.delivered_ns});
   }
   while (!active_.empty() && active_.front()->reported && active_.front()->in_flight == 0)
     active_.pop_front();

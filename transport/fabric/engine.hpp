@@ -65,9 +65,9 @@ struct job_result {
   caf::error status;
   /// Bytes delivery-complete at the target (all of them when status is ok).
   uint64_t bytes = 0;
-  /// Steady-clock ns when the engine saw the job's last write
-  /// delivery-complete (ok jobs only; 0 otherwise): when its bytes were
-  /// known to be at the target, before any actor hop.
+  /// Steady-clock ns when the engine read the job's last write
+  /// delivery-complete from the CQ (ok jobs with writes only; 0 otherwise):
+  /// when its bytes were known to be at the target, before any actor hop.
   int64_t delivered_ns = 0;
 };
 
