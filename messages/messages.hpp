@@ -278,7 +278,8 @@ struct finish_result {
   // "= {}" keeps the four-field form {room, status, sent, bytes} free of
   // -Wmissing-field-initializers.
   std::vector<uint32_t> unreported_layers = {};
-  /// The latest submit_done::delivered_ns of its layers (0: none delivered).
+  /// The latest submit_done::delivered_ns of its ok layers, whatever the
+  /// status (the reconcile path adds the bulk layers to it); 0: none.
   int64_t delivered_ns = 0;
   friend bool operator==(const finish_result& a, const finish_result& b) {
     return a.room == b.room && a.status == b.status && a.layers_sent == b.layers_sent &&
