@@ -115,6 +115,15 @@ struct run_sample {
   std::vector<int64_t> notify_ns;
 };
 
+/// The largest of the samples `after` holds beyond `before` (one rank's
+/// batches of this run; the stats are cumulative), in ms; 0 if none.
+double max_new_ms(const std::vector<int64_t>& before, const std::vector<int64_t>& after) {
+  double out = 0;
+  for (size_t k = before.size(); k < after.size(); ++k)
+    out = std::max(out, static_cast<double>(after[k]) / 1e6);
+  return out;
+}
+
 /// Stats of every rank (cumulative).
 std::vector<scheduler_stats> stats_of(caf::actor_system& sys, local_cluster& c) {
   std::vector<scheduler_stats> out;
@@ -147,12 +156,9 @@ std::optional<run_sample> run_once(caf::actor_system& sys, local_cluster& c,
   for (size_t r = 0; r < after.size() && r < before.size(); ++r) {
     auto& a = after[r];
     auto& b = before[r];
-    for (size_t k = b.tail_ns.size(); k < a.tail_ns.size(); ++k)
-      s.tail_ms = std::max(s.tail_ms, static_cast<double>(a.tail_ns[k]) / 1e6);
-    for (size_t k = b.settled_tail_ns.size(); k < a.settled_tail_ns.size(); ++k)
-      s.settled_ms = std::max(s.settled_ms, static_cast<double>(a.settled_tail_ns[k]) / 1e6);
-    for (size_t k = b.forward_ns.size(); k < a.forward_ns.size(); ++k)
-      s.forward_ms = std::max(s.forward_ms, static_cast<double>(a.forward_ns[k]) / 1e6);
+    s.tail_ms = std::max(s.tail_ms, max_new_ms(b.tail_ns, a.tail_ns));
+    s.settled_ms = std::max(s.settled_ms, max_new_ms(b.settled_tail_ns, a.settled_tail_ns));
+    s.forward_ms = std::max(s.forward_ms, max_new_ms(b.forward_ns, a.forward_ns));
     s.notify_ns.insert(s.notify_ns.end(),
                        a.notify_ns.begin() + static_cast<std::ptrdiff_t>(b.notify_ns.size()),
                        a.notify_ns.end());
