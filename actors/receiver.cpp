@@ -32,7 +32,7 @@ receiver_state::~receiver_state() {
 
 namespace {
 
-using self_ptr = receiver_actor::stateful_pointer<receiver_state>;
+using self_ptr = receiver_self_actor::stateful_pointer<receiver_state>;
 using room_entry = receiver_state::room_entry;
 
 // local_actor::now() is declared but not exported by Debian's libcaf_core 0.17.6.
@@ -363,10 +363,9 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
 
 } // namespace
 
-receiver_actor::behavior_type receiver_impl(receiver_actor::stateful_pointer<receiver_state> self,
-                                            decode_pool pool, page_allocator pages,
-                                            std::vector<scheduler_actor> prefill,
-                                            receiver_config cfg) {
+receiver_self_actor::behavior_type
+receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode_pool pool,
+              page_allocator pages, std::vector<scheduler_actor> prefill, receiver_config cfg) {
   auto& init = self->state;
   init.pool = std::move(pool);
   init.pages.emplace(std::move(pages));

@@ -8,7 +8,8 @@
 //                        answered kv_ready{ok} (and the bytes check out) or
 //                        the room failed, at room_timeout at the latest
 //   room_deadline{room, serial}  to itself at room_timeout: fails the room if
-//                        a rank has not answered yet
+//                        a rank has not answered yet (not in receiver_actor:
+//                        no one else can send it through a typed handle)
 //   room_status_query{room}  answered with room_status (waiting,
 //                        transferring, complete, failed) and the reason
 //   close_room{room}     decode consumed a finished room: its pages go back
@@ -71,10 +72,15 @@
 
 namespace layerstream {
 
+/// The receiver as decode drivers and nodes see it.
 using receiver_actor = caf::typed_actor<caf::replies_to<open_room>::with<room_result>,
                                         caf::replies_to<room_status_query>::with<room_status>,
-                                        caf::replies_to<close_room>::with<caf::ok_atom>,
-                                        caf::reacts_to<room_deadline>>;
+                                        caf::replies_to<close_room>::with<caf::ok_atom>>;
+
+/// What the receiver itself handles: its public interface plus the timer it
+/// sends itself. Only spawning code sees this type; everyone else holds a
+/// receiver_actor, which cannot send room_deadline (checked at compile time).
+using receiver_self_actor = receiver_actor::extend<caf::reacts_to<room_deadline>>;
 
 /// The decode KV pool as the receiver uses it; neither is owned.
 struct decode_pool {
@@ -164,9 +170,9 @@ struct receiver_state {
   ~receiver_state();
 };
 
-receiver_actor::behavior_type receiver_impl(receiver_actor::stateful_pointer<receiver_state> self,
-                                            decode_pool pool, page_allocator pages,
-                                            std::vector<scheduler_actor> prefill,
-                                            receiver_config cfg);
+/// Spawn with sys.spawn(receiver_impl, ...); the handle converts to receiver_actor.
+receiver_self_actor::behavior_type
+receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode_pool pool,
+              page_allocator pages, std::vector<scheduler_actor> prefill, receiver_config cfg);
 
 } // namespace layerstream
