@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -548,6 +549,70 @@ TEST_P(FabricEngine, StoppingWithWritesStuckAtAStalledPeerSaysTheyMayStillLand) 
   // The first job took the peer's slots: its writes are out there.
   EXPECT_GE(in_flight, 1u) << "every job was reported cancelled although writes were posted";
   initiator_.reset();
+}
+
+// Makes job `job`'s first successful completion an error completion, and
+// calls `stall` (on the engine's thread) before the engine sees it.
+class fail_then_stall final : public fabric::fault_injector {
+ public:
+  fail_then_stall(uint64_t job, std::function<void()> stall)
+      : job_(job), stall_(std::move(stall)) {}
+  bool fail_completion(uint64_t job_id) override {
+    if (job_id != job_ || fired_)
+      return false;
+    fired_ = true; // only the engine's worker thread calls this
+    stall_();
+    return true;
+  }
+
+ private:
+  uint64_t job_;
+  std::function<void()> stall_;
+  bool fired_ = false;
+};
+
+TEST_P(FabricEngine, AJobThatFailedAndThenReachedItsDeadlineWithWritesPostedSaysTheyMayStillLand) {
+  // Job 1 writes 4 KiB, then 64 MiB in one write. The 4 KiB write's
+  // completion is made an error, and the target stops making progress
+  // before the engine sees it: the job has failed, and its big write can no
+  // longer become delivery-complete. At the deadline the job must say
+  // writes_in_flight (the kernel may still deliver them), not the earlier
+  // error, and be answered once.
+  if (GetParam() == "sockets")
+    GTEST_SKIP() << "sockets: the provider's own thread moves a target's data, so a target "
+                    "whose engine stops does not stall its writes";
+  if (GetParam() == "shm")
+    GTEST_SKIP() << "shm: closing an initiator endpoint with writes in flight inside the same "
+                    "process can crash libfabric 1.17 shm";
+  constexpr uint64_t small = 4096, big = 64ull << 20;
+  auto& src = sized(src_, small + big);
+  auto& dst = sized(dst_, small + big);
+  std::mt19937_64 rng{11};
+  test::fill_random(src, rng);
+  fabric::fabric_config init_cfg;
+  init_cfg.max_write_size = big;
+  init_cfg.max_write_iov = 1;
+  auto faults = std::make_shared<fail_then_stall>(1, [this] { target_->stop(); });
+  constexpr auto deadline = 2s;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, deadline, faults));
+  if (IsSkipped())
+    return;
+  const auto submitted = std::chrono::steady_clock::now();
+  ASSERT_FALSE(initiator_->submit(1, peer_,
+                                  {{test::addr_of(src), test::addr_of(dst), small},
+                                   {test::addr_of(src, small), test::addr_of(dst, small), big}}));
+  auto r = done_.wait(1, result_wait);
+  ASSERT_TRUE(r.has_value()) << "a failed job with writes stuck was never answered";
+  ASSERT_TRUE(r->status) << "the job succeeded although its first completion was an error";
+  ASSERT_EQ(initiator_->stats().injected_errors.load(), 1u);
+  if (std::memcmp(dst.data() + small, src.data() + small, big) == 0)
+    GTEST_SKIP() << "the 64 MiB write was delivered before the target stopped (a busy machine): "
+                    "this run could not set up a write stuck behind a failure";
+  EXPECT_TRUE(is(r->status, lserr::writes_in_flight)) << describe(r->status);
+  EXPECT_GE(std::chrono::steady_clock::now() - submitted, deadline)
+      << "answered before its deadline although a write was stuck";
+  std::this_thread::sleep_for(100ms); // a second answer would come now
+  EXPECT_EQ(done_.calls(1), 1);
 }
 
 TEST_P(FabricEngine, AnInjectedCqErrorFailsExactlyItsJobAndOtherJobsLandBitExactly) {
