@@ -8,8 +8,8 @@
 //                        answered kv_ready{ok} (and the bytes check out) or
 //                        the room failed, at room_timeout at the latest
 //   room_deadline{room, serial}  to itself at room_timeout: fails the room if
-//                        a rank has not answered yet (not in receiver_actor:
-//                        no one else can send it through a typed handle)
+//                        a rank has not answered yet (not in receiver_actor;
+//                        one from any other sender is ignored)
 //   room_status_query{room}  answered with room_status (waiting,
 //                        transferring, complete, failed) and the reason
 //   close_room{room}     decode consumed a finished room: its pages go back
@@ -79,7 +79,10 @@ using receiver_actor = caf::typed_actor<caf::replies_to<open_room>::with<room_re
 
 /// What the receiver itself handles: its public interface plus the timer it
 /// sends itself. Only spawning code sees this type; everyone else holds a
-/// receiver_actor, which cannot send room_deadline (checked at compile time).
+/// receiver_actor, through which room_deadline does not compile. A dynamic
+/// handle (actor_cast<caf::actor>, a remote one) still reaches the
+/// behaviour: the handler ignores a room_deadline that the receiver did not
+/// send itself.
 using receiver_self_actor = receiver_actor::extend<caf::reacts_to<room_deadline>>;
 
 /// The decode KV pool as the receiver uses it; neither is owned.

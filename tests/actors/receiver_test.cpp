@@ -5,6 +5,7 @@
 #include <string>
 
 #include "actors/receiver.hpp"
+#include <caf/response_type.hpp>
 
 using namespace layerstream;
 using namespace layerstream::testing;
@@ -450,8 +451,7 @@ CAF_TEST(a room deadline of an earlier room with the same id is ignored) {
   open(24, 4); // the id again, a new room (its serial is 1)
   // Only the receiver's own timer may fail a room early. receiver_actor has
   // no room_deadline; a dynamically typed handle still reaches the behaviour.
-  static_assert(
-      !caf::detail::tl_contains<receiver_actor::signatures, caf::reacts_to<room_deadline>>::value);
+  static_assert(!caf::response_type<receiver_actor::signatures, room_deadline>::valid);
   self->send(caf::actor_cast<caf::actor>(rx), room_deadline{24, 1});
   sched.run();
   CAF_CHECK_EQUAL(state_of(24), "waiting");
