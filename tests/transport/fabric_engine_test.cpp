@@ -560,24 +560,22 @@ TEST_P(FabricEngine, StoppingWithWritesStuckAtAStalledPeerSaysTheyMayStillLand) 
   initiator_.reset();
 }
 
-// Makes job `job`'s first successful completion an error completion, and
-// calls `stall` (on the engine's thread) before the engine sees it.
+// Fails job `job`'s first successful completion (fabric::job_faults) and,
+// before the engine sees that error, calls `stall` on the engine's thread.
 class fail_then_stall final : public fabric::fault_injector {
  public:
   fail_then_stall(uint64_t job, std::function<void()> stall)
-      : job_(job), stall_(std::move(stall)) {}
+      : faults_({job}), stall_(std::move(stall)) {}
   bool fail_completion(uint64_t job_id) override {
-    if (job_id != job_ || fired_)
+    if (!faults_.fail_completion(job_id))
       return false;
-    fired_ = true; // only the engine's worker thread calls this
     stall_();
     return true;
   }
 
  private:
-  uint64_t job_;
+  fabric::job_faults faults_;
   std::function<void()> stall_;
-  bool fired_ = false;
 };
 
 TEST_P(FabricEngine, AJobThatFailedAndThenReachedItsDeadlineWithWritesPostedSaysTheyMayStillLand) {
