@@ -56,13 +56,15 @@ class layer_notifier::drain {
   }
 
   notifier_counters counters() const {
-    return {ring_.pushed(), overflowed_.load(), wakeups_.load(), sleeping_.load()};
+    return {ring_.pushed(), overflowed_.load(),    wakeups_.load(), sleeping_.load(),
+            spins_.load(),  spin_timeouts_.load(), spinning_.load()};
   }
 
   void count_overflow() { bump(overflowed_); }
 
  private:
-  /// Single writer (the forward thread): a plain store, no locked add.
+  /// Each counter has a single writer (the forward thread, or the drain
+  /// thread for its spin counters): a plain store, no locked add.
   static void bump(std::atomic<uint64_t>& n) {
     n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
@@ -78,12 +80,33 @@ class layer_notifier::drain {
     slot s;
     while (ring_.try_pop(s)) {
       any = true;
-      if (s.then)
+      // Any slot ends a spin; the second-to-last layer starts one.
+      end_spin(false);
+      if (s.then) {
         s.then();
-      else
-        caf::anon_send(manager_, std::move(s.msg));
+        continue;
+      }
+      const bool before_last = s.msg.layer + 2 == opts_.layers;
+      caf::anon_send(manager_, std::move(s.msg));
+      if (before_last && opts_.last_layer_spin.count() > 0)
+        start_spin();
     }
     return any;
+  }
+
+  // Drain thread only (the counters are atomics for readers elsewhere).
+  void start_spin() {
+    spin_until_ = std::chrono::steady_clock::now() + opts_.last_layer_spin;
+    bump(spins_);
+    spinning_.store(true, std::memory_order_relaxed);
+  }
+
+  void end_spin(bool timed_out) {
+    if (!spinning_.load(std::memory_order_relaxed))
+      return;
+    if (timed_out)
+      bump(spin_timeouts_);
+    spinning_.store(false, std::memory_order_relaxed);
   }
 
   void loop() {
@@ -96,6 +119,15 @@ class layer_notifier::drain {
       if (stopping_.load()) {
         send_all(); // whatever was pushed before the stop
         return;
+      }
+      if (spinning_.load(std::memory_order_relaxed)) {
+        if (std::chrono::steady_clock::now() < spin_until_) {
+          // Not a pure spin: the other threads of the transfer share these
+          // cores, and yield lets any of them run first.
+          std::this_thread::yield();
+          continue;
+        }
+        end_spin(true);
       }
       if (std::chrono::steady_clock::now() - last_activity < opts_.idle_sleep) {
         std::this_thread::sleep_for(opts_.poll);
@@ -128,6 +160,11 @@ class layer_notifier::drain {
   // pushes are counted by the ring's own index, at no cost per push.
   alignas(64) std::atomic<uint64_t> overflowed_{0};
   std::atomic<uint64_t> wakeups_{0};
+  // Written by the drain thread only.
+  alignas(64) std::atomic<bool> spinning_{false};
+  std::atomic<uint64_t> spins_{0};
+  std::atomic<uint64_t> spin_timeouts_{0};
+  std::chrono::steady_clock::time_point spin_until_{};
   std::mutex mtx_;
   std::condition_variable cv_;
   std::thread thread_; // last: starts after everything it uses

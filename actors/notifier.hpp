@@ -20,6 +20,15 @@
 //   A full ring (the drain thread stalled for `capacity` layers) falls back to
 //   a direct send: the manager and contexts accept layer_ends in any order.
 //
+// The last layer: its hand-off is the front of the exposed tail (nothing
+// after it hides it). A sleeping drain thread finds it up to a sleep (50 us
+// asked, ~120 us on a busy VM) late, and the wake-ups down the chain cost
+// more when the cores around them idle. So once the drain thread has sent a
+// forward's second-to-last layer (`layers` - 2), it yields in a loop instead
+// of sleeping until the next slot comes, for at most `last_layer_spin`: one
+// layer's compute, once per forward, of one core's time that the OS can
+// still give to any other runnable thread.
+//
 // then(fn) keeps causality: `fn` runs after every layer_end notified before
 // it has been sent to the manager (the scheduler sends its batch_done that
 // way, so the manager sees a layer's end before the room's finish).
@@ -48,14 +57,22 @@ struct notifier_options {
   std::chrono::microseconds idle_recheck{2000};
   /// Ring slots (layer_ends the drain thread may lag behind).
   size_t capacity = 4096;
+  /// Layers of one forward (the model's); 0 = unknown: never spin.
+  uint32_t layers = 0;
+  /// After sending layer `layers` - 2, yield (not sleep) until the next slot,
+  /// for at most this long; 0 = never.
+  std::chrono::microseconds last_layer_spin{0};
 };
 
 /// Counters of an offloaded notifier (all zero for a direct one).
 struct notifier_counters {
-  uint64_t offloaded = 0;  ///< layer_ends that went through the ring
-  uint64_t overflowed = 0; ///< layer_ends sent directly because the ring was full
-  uint64_t wakeups = 0;    ///< times notify had to wake a sleeping drain thread
-  bool sleeping = false;   ///< the drain thread sleeps now (idle)
+  uint64_t offloaded = 0;     ///< layer_ends that went through the ring
+  uint64_t overflowed = 0;    ///< layer_ends sent directly because the ring was full
+  uint64_t wakeups = 0;       ///< times notify had to wake a sleeping drain thread
+  bool sleeping = false;      ///< the drain thread sleeps now (idle)
+  uint64_t spins = 0;         ///< waits for a last layer spent yielding, not sleeping
+  uint64_t spin_timeouts = 0; ///< of those, the ones that ran out before a slot came
+  bool spinning = false;      ///< the drain thread yields for a last layer now
 };
 
 class layer_notifier {

@@ -474,6 +474,8 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
   caf::weak_actor_ptr weak_self{caf::actor_cast<caf::strong_actor_ptr>(self).get()};
   notifier_options notify_opts;
   notify_opts.poll = cfg.transfer.notify_poll;
+  notify_opts.layers = cfg.model.layers;
+  notify_opts.last_layer_spin = cfg.transfer.notify_spin;
   layer_notifier notify{manager, device->events(), notify_opts, device->notify_stream()};
   // batch_done goes through the notifier too: the manager must see every
   // layer_end of the batch before the finish that batch_done triggers.

@@ -66,6 +66,16 @@ int64_t percentile(std::vector<int64_t> v, double p) {
   return v[std::min(k, v.size() - 1)];
 }
 
+/// transfer.notify_spin_us the runs use: the option, else the embedded config's.
+int64_t notify_spin_in_use(const tail_bench_options& o) {
+  if (o.notify_spin_us)
+    return *o.notify_spin_us;
+  auto res = load_config_string(embedded_demo_config(), "<embedded demo config>");
+  if (auto* cfg = std::get_if<deployment_config>(&res))
+    return cfg->transfer.notify_spin.count();
+  return transfer_config{}.notify_spin.count();
+}
+
 std::optional<deployment_config> make_config(const tail_bench_options& o, const bench_shape& b,
                                              bool per_layer, std::string& why) {
   auto res = load_config_string(embedded_demo_config(), "<embedded demo config>");
@@ -87,6 +97,8 @@ std::optional<deployment_config> make_config(const tail_bench_options& o, const 
   cfg.transfer.max_batch = b.rooms; // every room in one forward batch
   cfg.fabric.provider = o.provider;
   cfg.fabric.write_iov = o.write_iov;
+  if (o.notify_spin_us)
+    cfg.transfer.notify_spin = std::chrono::microseconds(*o.notify_spin_us);
   cfg.prefill.device = o.device;
   const uint64_t pages = (b.tokens + cfg.model.page_size - 1) / cfg.model.page_size;
   cfg.prefill.pool_pages = b.rooms * pages;
@@ -336,6 +348,9 @@ std::optional<handling_sample> measure_handling(caf::actor_system& sys,
     completed_event_source events;
     notifier_options nopts;
     nopts.poll = cfg.transfer.notify_poll;
+    // No last-layer spin here: this sample counts the CPU of message
+    // handling, and a drain thread yielding through the last layer would
+    // add a layer's worth of CPU that handles nothing.
     layer_notifier notify{manager, events, nopts};
     std::vector<int64_t> sent_ns(layers);
     auto [cpu0_all, cpu0_self] = cpu_ns();
@@ -597,8 +612,10 @@ int run_tail_bench(const tail_bench_options& opts_in) {
   log::set_level("warn");
   std::printf(
       "layerstream bench tail: provider '%s' (write_iov %u), device %s, %u us compute per layer, "
-      "%u interleaved repetitions (medians); T = the bulk tail, T/L its share per layer\n",
-      o.provider.c_str(), o.write_iov, o.device.c_str(), o.layer_compute_us, o.repetitions);
+      "last-layer spin %lld us, %u interleaved repetitions (medians); T = the bulk tail, T/L its "
+      "share per layer\n",
+      o.provider.c_str(), o.write_iov, o.device.c_str(), o.layer_compute_us,
+      static_cast<long long>(notify_spin_in_use(o)), o.repetitions);
   std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s | %8s %8s %7s | %7s %7s | %9s "
               "%6s %9s %8s %6s %9s\n",
               "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
@@ -667,6 +684,7 @@ int run_tail_bench(const tail_bench_options& opts_in) {
                      {"device", o.device},
                      {"repetitions", o.repetitions},
                      {"layer_compute_us", o.layer_compute_us},
+                     {"notify_spin_us", notify_spin_in_use(o)},
                      {"configs", configs}};
     std::ofstream out{o.json_path};
     out << j.dump(2) << "\n";

@@ -26,6 +26,9 @@ struct tail_bench_options {
   std::string provider = "tcp;ofi_rxm";
   /// fabric.write_iov of every run (0: the provider's limit; 1: a write per block).
   uint32_t write_iov = 0;
+  /// transfer.notify_spin_us of every run (unset: the config's default), to
+  /// compare the last-layer spin against none (0).
+  std::optional<uint32_t> notify_spin_us;
   /// prefill.device of every run ("cpu" or "gpu").
   std::string device = "cpu";
   /// L = 32 with 1 and 16 rooms, 3 repetitions: under a minute.

@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
   bench_tail->add_option("--provider", tail_opts.provider, "libfabric provider");
   bench_tail->add_option("--write-iov", tail_opts.write_iov,
                          "blocks of a room per write (fabric.write_iov; 0: the provider's limit)");
+  bench_tail->add_option_function<uint32_t>(
+      "--notify-spin-us", [&tail_opts](uint32_t us) { tail_opts.notify_spin_us = us; },
+      "transfer.notify_spin_us of every run (default: the config's); 0 compares against no "
+      "last-layer spin");
   bench_tail->add_option("--device", tail_opts.device, "where the forward runs: cpu or gpu");
   bench_tail->add_flag("--quick", tail_opts.quick,
                        "L = 32 with 1 and 16 rooms, 3 repetitions (under a minute)");

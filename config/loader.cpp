@@ -41,6 +41,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("chunk_tokens", c.transfer.chunk_tokens);
   v.field("max_batch", c.transfer.max_batch);
   v.field("notify_poll_us", c.transfer.notify_poll);
+  v.field("notify_spin_us", c.transfer.notify_spin);
   v.table("fabric");
   v.field("provider", c.fabric.provider);
   v.field("bind_address", c.fabric.bind_address);
@@ -592,6 +593,13 @@ void check_general(const deployment_config& c, const std::string& file) {
   if (t.notify_poll > std::chrono::microseconds(10'000))
     refuse(file, "transfer.notify_poll_us",
            "must be at most 10000 (10 ms), got " + std::to_string(t.notify_poll.count()));
+  if (t.notify_spin.count() < 0)
+    refuse(file, "transfer.notify_spin_us",
+           "must not be negative (0 = never spin), got " + std::to_string(t.notify_spin.count()));
+  // It burns a core while it lasts: longer than a slow layer buys nothing.
+  if (t.notify_spin > std::chrono::microseconds(100'000))
+    refuse(file, "transfer.notify_spin_us",
+           "must be at most 100000 (100 ms), got " + std::to_string(t.notify_spin.count()));
 
   if (!contains(providers, c.fabric.provider)) {
     std::string hint;

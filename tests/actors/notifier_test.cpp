@@ -152,4 +152,93 @@ CAF_TEST(an idle drain thread sleeps and the next notify wakes it) {
   CAF_CHECK_EQUAL(res.layers_sent, 2u);
 }
 
+namespace {
+
+/// Waits (10 s at most) until `pred(counters)` holds; false if it never did.
+template <class Pred>
+bool wait_for_counters(const layer_notifier& notify, Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred(notify.counters())) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+} // namespace
+
+CAF_TEST(the drain thread spins only while it waits for the last layer) {
+  constexpr uint32_t layers = 4;
+  auto a = make_request(1, 2, layers);
+  set_up({a});
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  opts.layers = layers;
+  opts.last_layer_spin = std::chrono::seconds(30); // longer than any wait below
+  layer_notifier notify{mgr, events, opts};
+  notify(0);
+  notify(1);
+  wait_sent(notify);
+  CAF_CHECK_EQUAL(notify.counters().spins, 0u); // no spin before layers - 2
+  notify(2);
+  CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return c.spinning; }));
+  CAF_CHECK_EQUAL(notify.counters().spins, 1u);
+  // Still spinning a while later: only the last layer (or the 30 s) ends it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CAF_CHECK(notify.counters().spinning);
+  notify(3);
+  CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return !c.spinning; }));
+  wait_sent(notify);
+  auto c = notify.counters();
+  CAF_CHECK_EQUAL(c.spins, 1u);
+  CAF_CHECK_EQUAL(c.spin_timeouts, 0u);
+  auto res = finish_room(a.room);
+  CAF_CHECK(!res.status);
+  CAF_CHECK_EQUAL(res.layers_sent, layers);
+}
+
+CAF_TEST(a last layer that does not come ends the spin at its limit) {
+  constexpr uint32_t layers = 4;
+  auto a = make_request(1, 2, layers);
+  set_up({a});
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  opts.layers = layers;
+  opts.last_layer_spin = std::chrono::milliseconds(20);
+  layer_notifier notify{mgr, events, opts};
+  for (uint32_t l = 0; l + 1 < layers; ++l)
+    notify(l);
+  CAF_REQUIRE(
+      wait_for_counters(notify, [](const notifier_counters& c) { return c.spin_timeouts == 1; }));
+  auto c = notify.counters();
+  CAF_CHECK(!c.spinning);
+  CAF_CHECK_EQUAL(c.spins, 1u);
+  // The late last layer still goes through, from a drain thread that polls.
+  notify(layers - 1);
+  wait_sent(notify);
+  CAF_CHECK_EQUAL(notify.counters().spins, 1u);
+  auto res = finish_room(a.room);
+  CAF_CHECK(!res.status);
+  CAF_CHECK_EQUAL(res.layers_sent, layers);
+}
+
+CAF_TEST(without the layer count or a spin limit the drain thread never spins) {
+  constexpr uint32_t layers = 4; // no room is set up: the manager drops these layer_ends
+  notifier_options unknown_layers;
+  unknown_layers.poll = std::chrono::microseconds(50);
+  unknown_layers.last_layer_spin = std::chrono::seconds(30);
+  notifier_options no_spin = unknown_layers;
+  no_spin.layers = layers;
+  no_spin.last_layer_spin = std::chrono::microseconds(0);
+  for (const auto& opts : {unknown_layers, no_spin}) {
+    layer_notifier notify{mgr, events, opts};
+    for (uint32_t l = 0; l + 1 < layers; ++l)
+      notify(l);
+    wait_sent(notify);
+    CAF_CHECK_EQUAL(notify.counters().spins, 0u);
+    CAF_CHECK(!notify.counters().spinning);
+  }
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -475,6 +475,16 @@ TEST(ConfigLoader, NotifyPollIsReadAndBounded) {
                  "must not be negative");
 }
 
+TEST(ConfigLoader, NotifySpinIsReadAndBounded) {
+  EXPECT_EQ(parse_ok("").transfer.notify_spin, std::chrono::microseconds(2000));
+  EXPECT_EQ(parse_ok("[transfer]\nnotify_spin_us = 0\n").transfer.notify_spin.count(), 0);
+  EXPECT_EQ(parse_ok("[transfer]\nnotify_spin_us = 100000\n").transfer.notify_spin.count(), 100000);
+  expect_refused("[transfer]\nnotify_spin_us = 100001\n", "transfer.notify_spin_us",
+                 "must be at most 100000");
+  expect_refused("[transfer]\nnotify_spin_us = -1\n", "transfer.notify_spin_us",
+                 "must not be negative");
+}
+
 TEST(ConfigLoader, WriteIovIsReadAndBounded) {
   EXPECT_EQ(parse_ok("").fabric.write_iov, 0u);
   EXPECT_EQ(parse_ok("[fabric]\nwrite_iov = 1\n").fabric.write_iov, 1u);
