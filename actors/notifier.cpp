@@ -80,7 +80,7 @@ class layer_notifier::drain {
     slot s;
     while (ring_.try_pop(s)) {
       any = true;
-      // Any slot ends a spin; the second-to-last layer starts one.
+      // Any slot ends a spin; the second-to-last layer arms one.
       end_spin(false);
       if (s.then) {
         s.then();
@@ -88,20 +88,51 @@ class layer_notifier::drain {
       }
       const bool before_last = s.msg.layer + 2 == opts_.layers;
       caf::anon_send(manager_, std::move(s.msg));
+      const auto now = std::chrono::steady_clock::now();
       if (before_last && opts_.last_layer_spin.count() > 0)
-        start_spin();
+        arm_spin(now, now - last_layer_sent_);
+      last_layer_sent_ = now;
     }
     return any;
   }
 
   // Drain thread only (the counters are atomics for readers elsewhere).
-  void start_spin() {
-    spin_until_ = std::chrono::steady_clock::now() + opts_.last_layer_spin;
-    bump(spins_);
-    spinning_.store(true, std::memory_order_relaxed);
+
+  /// The last layer should come about one layer gap (`gap`, the one just
+  /// seen) after `now`. The spin starts a quarter of that gap early, not at
+  /// once: until then the drain thread polls as usual and leaves the cores
+  /// to the transfer of the layers before (with many rooms, a spin over the
+  /// whole gap slowed that transfer and grew the tail). A gap longer than
+  /// the spin limit (a forward's first layer, a stall) says nothing: spin at
+  /// once.
+  void arm_spin(std::chrono::steady_clock::time_point now,
+                std::chrono::steady_clock::duration gap) {
+    if (gap > opts_.last_layer_spin)
+      gap = {};
+    spin_from_ = now + gap * 3 / 4;
+    spin_armed_ = true;
+  }
+
+  /// True while the drain thread should yield, not sleep, for a last layer.
+  bool spin_now() {
+    if (!spin_armed_)
+      return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < spin_from_)
+      return false;
+    if (!spinning_.load(std::memory_order_relaxed)) {
+      spin_until_ = now + opts_.last_layer_spin;
+      bump(spins_);
+      spinning_.store(true, std::memory_order_relaxed);
+    }
+    if (now < spin_until_)
+      return true;
+    end_spin(true);
+    return false;
   }
 
   void end_spin(bool timed_out) {
+    spin_armed_ = false;
     if (!spinning_.load(std::memory_order_relaxed))
       return;
     if (timed_out)
@@ -120,16 +151,14 @@ class layer_notifier::drain {
         send_all(); // whatever was pushed before the stop
         return;
       }
-      if (spinning_.load(std::memory_order_relaxed)) {
-        if (std::chrono::steady_clock::now() < spin_until_) {
-          // Not a pure spin: the other threads of the transfer share these
-          // cores, and yield lets any of them run first.
-          std::this_thread::yield();
-          continue;
-        }
-        end_spin(true);
+      if (spin_now()) {
+        // Not a pure spin: the other threads of the transfer share these
+        // cores, and yield lets any of them run first.
+        std::this_thread::yield();
+        continue;
       }
-      if (std::chrono::steady_clock::now() - last_activity < opts_.idle_sleep) {
+      // An armed spin keeps the drain thread polling, not asleep.
+      if (spin_armed_ || std::chrono::steady_clock::now() - last_activity < opts_.idle_sleep) {
         std::this_thread::sleep_for(opts_.poll);
         continue;
       }
@@ -164,7 +193,10 @@ class layer_notifier::drain {
   alignas(64) std::atomic<bool> spinning_{false};
   std::atomic<uint64_t> spins_{0};
   std::atomic<uint64_t> spin_timeouts_{0};
+  bool spin_armed_ = false; // a last layer is due: spin from spin_from_
+  std::chrono::steady_clock::time_point spin_from_{};
   std::chrono::steady_clock::time_point spin_until_{};
+  std::chrono::steady_clock::time_point last_layer_sent_{};
   std::mutex mtx_;
   std::condition_variable cv_;
   std::thread thread_; // last: starts after everything it uses

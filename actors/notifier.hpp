@@ -24,10 +24,13 @@
 // after it hides it). A sleeping drain thread finds it up to a sleep (50 us
 // asked, ~120 us on a busy VM) late, and the wake-ups down the chain cost
 // more when the cores around them idle. So once the drain thread has sent a
-// forward's second-to-last layer (`layers` - 2), it yields in a loop instead
-// of sleeping until the next slot comes, for at most `last_layer_spin`: one
-// layer's compute, once per forward, of one core's time that the OS can
-// still give to any other runnable thread.
+// forward's second-to-last layer (`layers` - 2), it expects the last one a
+// layer gap later (the gap it just saw), and over the last quarter of that
+// gap it yields in a loop instead of sleeping until the next slot comes, for
+// at most `last_layer_spin`: a quarter of a layer's compute, once per
+// forward, of one core's time that the OS can still give to any other
+// runnable thread. (Spinning over the whole gap slowed the many-room
+// transfers of the layers before.)
 //
 // then(fn) keeps causality: `fn` runs after every layer_end notified before
 // it has been sent to the manager (the scheduler sends its batch_done that
@@ -59,8 +62,9 @@ struct notifier_options {
   size_t capacity = 4096;
   /// Layers of one forward (the model's); 0 = unknown: never spin.
   uint32_t layers = 0;
-  /// After sending layer `layers` - 2, yield (not sleep) until the next slot,
-  /// for at most this long; 0 = never.
+  /// After sending layer `layers` - 2, yield (not sleep) until the next slot
+  /// from a quarter gap before the last layer is due, for at most this long
+  /// (a gap above it counts as unknown: spin at once); 0 = never.
   std::chrono::microseconds last_layer_spin{0};
 };
 

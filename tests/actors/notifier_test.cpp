@@ -198,6 +198,40 @@ CAF_TEST(the drain thread spins only while it waits for the last layer) {
   CAF_CHECK_EQUAL(res.layers_sent, layers);
 }
 
+CAF_TEST(the spin starts a quarter layer gap before the last layer is due) {
+  constexpr uint32_t layers = 4;
+  auto a = make_request(1, 2, layers);
+  set_up({a});
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  opts.layers = layers;
+  opts.last_layer_spin = std::chrono::seconds(30);
+  layer_notifier notify{mgr, events, opts};
+  notify(0);
+  notify(1);
+  // A 400 ms gap before layer 2: the drain thread sees at least 398 ms (it
+  // may send layer 1 up to its 2 ms recheck late), so it spins no earlier
+  // than ~298 ms after it sent layer 2, which is after this thread's push.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const auto pushed = std::chrono::steady_clock::now();
+  notify(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CAF_CHECK(!notify.counters().spinning);
+  CAF_CHECK_EQUAL(notify.counters().spins, 0u);
+  CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return c.spinning; }));
+  CAF_CHECK_GREATER_OR_EQUAL(std::chrono::steady_clock::now() - pushed,
+                             std::chrono::milliseconds(290));
+  notify(3);
+  wait_sent(notify);
+  auto c = notify.counters();
+  CAF_CHECK_EQUAL(c.spins, 1u);
+  CAF_CHECK_EQUAL(c.spin_timeouts, 0u);
+  CAF_CHECK(!c.spinning);
+  auto res = finish_room(a.room);
+  CAF_CHECK(!res.status);
+  CAF_CHECK_EQUAL(res.layers_sent, layers);
+}
+
 CAF_TEST(a last layer that does not come ends the spin at its limit) {
   constexpr uint32_t layers = 4;
   auto a = make_request(1, 2, layers);
