@@ -17,6 +17,9 @@ namespace {
 struct alignas(64) slot {
   layer_end msg;
   std::function<void()> then;
+  /// When the forward thread pushed a layer_end: the layer gaps the
+  /// last-layer spin is timed by, free of the drain thread's own lateness.
+  std::chrono::steady_clock::time_point pushed{};
 };
 
 } // namespace
@@ -88,28 +91,28 @@ class layer_notifier::drain {
       }
       const bool before_last = s.msg.layer + 2 == opts_.layers;
       caf::anon_send(manager_, std::move(s.msg));
-      const auto now = std::chrono::steady_clock::now();
       if (before_last && opts_.last_layer_spin.count() > 0)
-        arm_spin(now, now - last_layer_sent_);
-      last_layer_sent_ = now;
+        arm_spin(s.pushed, s.pushed - last_layer_pushed_);
+      last_layer_pushed_ = s.pushed;
     }
     return any;
   }
 
   // Drain thread only (the counters are atomics for readers elsewhere).
 
-  /// The last layer should come about one layer gap (`gap`, the one just
-  /// seen) after `now`. The spin starts a quarter of that gap early, not at
-  /// once: until then the drain thread polls as usual and leaves the cores
+  /// The last layer should come about one layer gap (`gap`, between the
+  /// pushes of the two layers before it) after `pushed`, when the forward
+  /// thread pushed the layer before it. The spin starts a quarter of that
+  /// gap early, not at once: until then the drain thread polls as usual and leaves the cores
   /// to the transfer of the layers before (with many rooms, a spin over the
   /// whole gap slowed that transfer and grew the tail). A gap longer than
   /// the spin limit (a forward's first layer, a stall) says nothing: spin at
   /// once.
-  void arm_spin(std::chrono::steady_clock::time_point now,
+  void arm_spin(std::chrono::steady_clock::time_point pushed,
                 std::chrono::steady_clock::duration gap) {
     if (gap > opts_.last_layer_spin)
       gap = {};
-    spin_from_ = now + gap * 3 / 4;
+    spin_from_ = pushed + gap * 3 / 4;
     spin_armed_ = true;
   }
 
@@ -196,7 +199,7 @@ class layer_notifier::drain {
   bool spin_armed_ = false; // a last layer is due: spin from spin_from_
   std::chrono::steady_clock::time_point spin_from_{};
   std::chrono::steady_clock::time_point spin_until_{};
-  std::chrono::steady_clock::time_point last_layer_sent_{};
+  std::chrono::steady_clock::time_point last_layer_pushed_{};
   std::mutex mtx_;
   std::condition_variable cv_;
   std::thread thread_; // last: starts after everything it uses
@@ -210,7 +213,11 @@ layer_notifier::layer_notifier(manager_actor manager, event_source& events, noti
 }
 
 void layer_notifier::operator()(uint32_t layer) {
-  slot s{layer_end{layer, events_.record(stream_)}, {}};
+  // The push time only serves the drain thread's last-layer spin (one
+  // vDSO clock read, tens of ns).
+  slot s{layer_end{layer, events_.record(stream_)}, {}, {}};
+  if (drain_)
+    s.pushed = std::chrono::steady_clock::now();
   if (drain_) {
     if (drain_->push(std::move(s))) // untouched when it fails
       return;
@@ -221,7 +228,7 @@ void layer_notifier::operator()(uint32_t layer) {
 
 void layer_notifier::then(std::function<void()> fn) {
   if (drain_) {
-    slot s{{}, std::move(fn)};
+    slot s{{}, std::move(fn), {}};
     if (drain_->push(std::move(s)))
       return;
     // Full ring: the continuation must not overtake queued layer_ends, and
