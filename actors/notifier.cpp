@@ -135,6 +135,8 @@ class layer_notifier::drain {
   }
 
   void end_spin(bool timed_out) {
+    if (!spin_armed_)
+      return; // no store: this runs for every slot
     spin_armed_ = false;
     if (!spinning_.load(std::memory_order_relaxed))
       return;
@@ -182,24 +184,26 @@ class layer_notifier::drain {
 
   manager_actor manager_;
   notifier_options opts_;
+  // Drain thread only, written for every layer sent: away from the flags.
+  std::chrono::steady_clock::time_point last_layer_pushed_{};
   spsc_ring<slot> ring_;
   // Read by the forward thread on every push, written by the drain thread
   // only when it falls asleep or wakes.
   alignas(64) std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
+  // The last-layer spin: drain thread only, written at most three times
+  // per forward (arm, start, end), so it may share the flags' line.
+  std::atomic<uint64_t> spins_{0};
+  std::atomic<uint64_t> spin_timeouts_{0};
+  std::chrono::steady_clock::time_point spin_from_{};
+  std::chrono::steady_clock::time_point spin_until_{};
+  std::atomic<bool> spinning_{false};
+  bool spin_armed_ = false; // a last layer is due: spin from spin_from_
   // Written by the forward thread only, and rarely (a full ring, a wake-up):
   // a line of their own, away from the flags the drain thread polls. The
   // pushes are counted by the ring's own index, at no cost per push.
   alignas(64) std::atomic<uint64_t> overflowed_{0};
   std::atomic<uint64_t> wakeups_{0};
-  // Written by the drain thread only.
-  alignas(64) std::atomic<bool> spinning_{false};
-  std::atomic<uint64_t> spins_{0};
-  std::atomic<uint64_t> spin_timeouts_{0};
-  bool spin_armed_ = false; // a last layer is due: spin from spin_from_
-  std::chrono::steady_clock::time_point spin_from_{};
-  std::chrono::steady_clock::time_point spin_until_{};
-  std::chrono::steady_clock::time_point last_layer_pushed_{};
   std::mutex mtx_;
   std::condition_variable cv_;
   std::thread thread_; // last: starts after everything it uses
