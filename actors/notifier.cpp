@@ -1,7 +1,9 @@
 #include "actors/notifier.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 
@@ -13,7 +15,8 @@ namespace layerstream {
 namespace {
 
 /// One ring slot: a layer_end to send, or a continuation to run in order.
-/// One cache line each, so a push dirties one line the drain thread reads.
+/// One cache line each (64 bytes with libstdc++), so a push dirties one
+/// line the drain thread reads.
 struct alignas(64) slot {
   layer_end msg;
   std::function<void()> then;
@@ -69,7 +72,7 @@ class layer_notifier::drain {
   /// Each counter has a single writer (the forward thread, or the drain
   /// thread for its spin counters): a plain store, no locked add.
   static void bump(std::atomic<uint64_t>& n) {
-    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
 
   void wake() {
@@ -89,10 +92,15 @@ class layer_notifier::drain {
         s.then();
         continue;
       }
-      const bool before_last = s.msg.layer + 2 == opts_.layers;
+      const uint32_t layer = s.msg.layer;
       caf::anon_send(manager_, std::move(s.msg));
-      if (before_last && opts_.last_layer_spin.count() > 0)
+      // The gap is known only if the layer before came through the ring
+      // just before this one (not from an earlier forward, not sent directly
+      // because the ring was full).
+      if (layer + 2 == opts_.layers && layer > 0 && last_layer_ == layer - 1 &&
+          opts_.last_layer_spin.count() > 0)
         arm_spin(s.pushed, s.pushed - last_layer_pushed_);
+      last_layer_ = layer;
       last_layer_pushed_ = s.pushed;
     }
     return any;
@@ -100,19 +108,17 @@ class layer_notifier::drain {
 
   // Drain thread only (the counters are atomics for readers elsewhere).
 
-  /// The last layer should come about one layer gap (`gap`, between the
-  /// pushes of the two layers before it) after `pushed`, when the forward
-  /// thread pushed the layer before it. The spin starts a quarter of that
-  /// gap early, not at once: until then the drain thread polls as usual and leaves the cores
-  /// to the transfer of the layers before (with many rooms, a spin over the
-  /// whole gap slowed that transfer and grew the tail). A gap longer than
-  /// the spin limit (a forward's first layer, a stall) says nothing: spin at
-  /// once.
+  /// The last layer should come one layer gap (`gap`, between the forward
+  /// thread's pushes of the two layers before it) after `pushed`, when it
+  /// pushed the layer before it. The spin starts a quarter of that gap (at
+  /// most the spin limit) before then, not at once: until then the drain
+  /// thread polls as usual and leaves the cores to the transfer of the
+  /// layers before (with many rooms, a spin over the whole gap slowed that
+  /// transfer).
   void arm_spin(std::chrono::steady_clock::time_point pushed,
                 std::chrono::steady_clock::duration gap) {
-    if (gap > opts_.last_layer_spin)
-      gap = {};
-    spin_from_ = pushed + gap * 3 / 4;
+    const std::chrono::steady_clock::duration limit = opts_.last_layer_spin;
+    spin_from_ = pushed + gap - std::min(gap / 4, limit);
     spin_armed_ = true;
   }
 
@@ -125,8 +131,8 @@ class layer_notifier::drain {
       return false;
     if (!spinning_.load(std::memory_order_relaxed)) {
       spin_until_ = now + opts_.last_layer_spin;
-      bump(spins_);
-      spinning_.store(true, std::memory_order_relaxed);
+      bump(spins_); // before the flag: a reader that sees it sees the count
+      spinning_.store(true, std::memory_order_release);
     }
     if (now < spin_until_)
       return true;
@@ -140,9 +146,9 @@ class layer_notifier::drain {
     spin_armed_ = false;
     if (!spinning_.load(std::memory_order_relaxed))
       return;
+    spinning_.store(false, std::memory_order_release);
     if (timed_out)
-      bump(spin_timeouts_);
-    spinning_.store(false, std::memory_order_relaxed);
+      bump(spin_timeouts_); // after the flag: a reader that sees it sees the flag down
   }
 
   void loop() {
@@ -185,6 +191,8 @@ class layer_notifier::drain {
   manager_actor manager_;
   notifier_options opts_;
   // Drain thread only, written for every layer sent: away from the flags.
+  // The layer sent last (none yet: the largest value) and its push time.
+  uint32_t last_layer_ = UINT32_MAX;
   std::chrono::steady_clock::time_point last_layer_pushed_{};
   spsc_ring<slot> ring_;
   // Read by the forward thread on every push, written by the drain thread
@@ -217,12 +225,11 @@ layer_notifier::layer_notifier(manager_actor manager, event_source& events, noti
 }
 
 void layer_notifier::operator()(uint32_t layer) {
-  // The push time only serves the drain thread's last-layer spin (one
-  // vDSO clock read, tens of ns).
   slot s{layer_end{layer, events_.record(stream_)}, {}, {}};
-  if (drain_)
-    s.pushed = std::chrono::steady_clock::now();
   if (drain_) {
+    // The push time serves the drain thread's last-layer spin only (one
+    // vDSO clock read, tens of ns).
+    s.pushed = std::chrono::steady_clock::now();
     if (drain_->push(std::move(s))) // untouched when it fails
       return;
     drain_->count_overflow();

@@ -25,12 +25,16 @@
 // asked, ~120 us on a busy VM) late, and the wake-ups down the chain cost
 // more when the cores around them idle. So once the drain thread has sent a
 // forward's second-to-last layer (`layers` - 2), it expects the last one a
-// layer gap later (the gap it just saw), and over the last quarter of that
-// gap it yields in a loop instead of sleeping until the next slot comes, for
-// at most `last_layer_spin`: a quarter of a layer's compute, once per
-// forward, of one core's time that the OS can still give to any other
-// runnable thread. (Spinning over the whole gap slowed the many-room
-// transfers of the layers before.)
+// layer gap later (the gap between the forward thread's pushes of layers
+// `layers` - 3 and `layers` - 2), and from a quarter of that gap (at most
+// `last_layer_spin`) before then it yields in a loop instead of sleeping,
+// until the next slot comes or `last_layer_spin` has passed. (Spinning over
+// the whole gap slowed the many-room transfers of the layers before.)
+// The cost: a core busy for about a quarter layer once per forward, longer
+// if the last layer is late. yield() lets any runnable thread of the same
+// priority go first, but the time counts as this process's CPU (a cgroup
+// CPU quota charges it). On a GPU the pushes come when the forward thread
+// enqueues each layer, so the gaps are launch gaps and the spin is short.
 //
 // then(fn) keeps causality: `fn` runs after every layer_end notified before
 // it has been sent to the manager (the scheduler sends its batch_done that
@@ -62,9 +66,9 @@ struct notifier_options {
   size_t capacity = 4096;
   /// Layers of one forward (the model's); 0 = unknown: never spin.
   uint32_t layers = 0;
-  /// After sending layer `layers` - 2, yield (not sleep) until the next slot
-  /// from a quarter gap before the last layer is due, for at most this long
-  /// (a gap above it counts as unknown: spin at once); 0 = never.
+  /// After sending layer `layers` - 2, yield (not sleep) for the next slot
+  /// from min(a quarter layer gap, this) before the last layer is due, for
+  /// at most this long; 0 = never.
   std::chrono::microseconds last_layer_spin{0};
 };
 

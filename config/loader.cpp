@@ -596,7 +596,8 @@ void check_general(const deployment_config& c, const std::string& file) {
   if (t.notify_spin.count() < 0)
     refuse(file, "transfer.notify_spin_us",
            "must not be negative (0 = never spin), got " + std::to_string(t.notify_spin.count()));
-  // It burns a core while it lasts: longer than a slow layer buys nothing.
+  // It keeps a core busy while it lasts; past a quarter of a slow layer it
+  // buys little.
   if (t.notify_spin > std::chrono::microseconds(100'000))
     refuse(file, "transfer.notify_spin_us",
            "must be at most 100000 (100 ms), got " + std::to_string(t.notify_spin.count()));

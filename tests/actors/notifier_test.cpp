@@ -211,7 +211,7 @@ CAF_TEST(the spin starts a quarter layer gap before the last layer is due) {
   notify(1);
   // A 400 ms gap between the pushes of layers 1 and 2: the drain thread
   // expects layer 3 400 ms after layer 2's push and spins from 300 ms after
-  // it, however late it sends layer 2 itself.
+  // it (timed by the pushes, not by when it sent them).
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   const auto pushed = std::chrono::steady_clock::now();
   notify(2);
@@ -243,6 +243,7 @@ CAF_TEST(a last layer that does not come ends the spin at its limit) {
   layer_notifier notify{mgr, events, opts};
   for (uint32_t l = 0; l + 1 < layers; ++l)
     notify(l);
+  // The flag goes down before the count goes up.
   CAF_REQUIRE(
       wait_for_counters(notify, [](const notifier_counters& c) { return c.spin_timeouts == 1; }));
   auto c = notify.counters();
@@ -257,21 +258,59 @@ CAF_TEST(a last layer that does not come ends the spin at its limit) {
   CAF_CHECK_EQUAL(res.layers_sent, layers);
 }
 
-CAF_TEST(without the layer count or a spin limit the drain thread never spins) {
-  constexpr uint32_t layers = 4; // no room is set up: the manager drops these layer_ends
+CAF_TEST(a layer gap longer than the spin limit still times the spin) {
+  constexpr uint32_t layers = 4;
+  auto a = make_request(1, 2, layers);
+  set_up({a});
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  opts.layers = layers;
+  opts.last_layer_spin = std::chrono::milliseconds(50);
+  layer_notifier notify{mgr, events, opts};
+  notify(0);
+  notify(1);
+  // Layers 400 ms apart, a 50 ms limit: the spin starts 50 ms before the
+  // last layer is due (350 ms after layer 2's push), not at once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const auto pushed = std::chrono::steady_clock::now();
+  notify(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CAF_CHECK_EQUAL(notify.counters().spins, 0u);
+  CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return c.spins == 1; }));
+  CAF_CHECK_GREATER_OR_EQUAL(std::chrono::steady_clock::now() - pushed,
+                             std::chrono::milliseconds(350));
+  notify(3);
+  wait_sent(notify);
+  auto res = finish_room(a.room);
+  CAF_CHECK(!res.status);
+  CAF_CHECK_EQUAL(res.layers_sent, layers);
+}
+
+CAF_TEST(without a layer count or a gap or a spin limit the drain thread never spins) {
+  // No room is set up: the manager drops these layer_ends.
   notifier_options unknown_layers;
   unknown_layers.poll = std::chrono::microseconds(50);
   unknown_layers.last_layer_spin = std::chrono::seconds(30);
+  unknown_layers.idle_sleep = std::chrono::milliseconds(5);
+  notifier_options no_gap = unknown_layers; // layer 0 is the second-to-last
+  no_gap.layers = 2;
   notifier_options no_spin = unknown_layers;
-  no_spin.layers = layers;
+  no_spin.layers = 4;
   no_spin.last_layer_spin = std::chrono::microseconds(0);
-  for (const auto& opts : {unknown_layers, no_spin}) {
+  for (const auto& opts : {unknown_layers, no_gap, no_spin}) {
     layer_notifier notify{mgr, events, opts};
-    for (uint32_t l = 0; l + 1 < layers; ++l)
+    // Every layer but the last (three when the count is unknown).
+    const uint32_t pushes = opts.layers == 0 ? 3 : opts.layers - 1;
+    for (uint32_t l = 0; l < pushes; ++l)
       notify(l);
-    wait_sent(notify);
+    // Long enough for the drain thread to have sent them and started a
+    // spin it should not start (a continuation now would end one).
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     CAF_CHECK_EQUAL(notify.counters().spins, 0u);
     CAF_CHECK(!notify.counters().spinning);
+    // Nothing armed either: an armed spin keeps the drain thread polling.
+    CAF_CHECK(wait_for_counters(notify, [](const notifier_counters& c) { return c.sleeping; }));
+    wait_sent(notify);
   }
 }
 
