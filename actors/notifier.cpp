@@ -62,8 +62,15 @@ class layer_notifier::drain {
   }
 
   notifier_counters counters() const {
-    return {ring_.pushed(), overflowed_.load(),    wakeups_.load(), sleeping_.load(),
-            spins_.load(),  spin_timeouts_.load(), spinning_.load()};
+    // In this order, against the drain thread's (spins_ up before the flag
+    // goes up; the flag down before spin_timeouts_ goes up): a snapshot that
+    // shows a timeout shows the flag down, one that shows the flag up shows
+    // the spin counted.
+    const uint64_t timeouts = spin_timeouts_.load();
+    const bool spinning = spinning_.load();
+    const uint64_t spins = spins_.load();
+    return {ring_.pushed(), overflowed_.load(), wakeups_.load(), sleeping_.load(),
+            spins,          timeouts,           spinning};
   }
 
   void count_overflow() { bump(overflowed_); }
@@ -111,14 +118,15 @@ class layer_notifier::drain {
   /// The last layer should come one layer gap (`gap`, between the forward
   /// thread's pushes of the two layers before it) after `pushed`, when it
   /// pushed the layer before it. The spin starts a quarter of that gap (at
-  /// most the spin limit) before then, not at once: until then the drain
-  /// thread polls as usual and leaves the cores to the transfer of the
+  /// most half the spin limit) before then, not at once: until then the
+  /// drain thread polls as usual and leaves the cores to the transfer of the
   /// layers before (with many rooms, a spin over the whole gap slowed that
-  /// transfer).
+  /// transfer). With slow layers the window then straddles the due time, so
+  /// a last layer a little late still finds the spin.
   void arm_spin(std::chrono::steady_clock::time_point pushed,
                 std::chrono::steady_clock::duration gap) {
     const std::chrono::steady_clock::duration limit = opts_.last_layer_spin;
-    spin_from_ = pushed + gap - std::min(gap / 4, limit);
+    spin_from_ = pushed + gap - std::min(gap / 4, limit / 2);
     spin_armed_ = true;
   }
 
@@ -190,10 +198,6 @@ class layer_notifier::drain {
 
   manager_actor manager_;
   notifier_options opts_;
-  // Drain thread only, written for every layer sent: away from the flags.
-  // The layer sent last (none yet: the largest value) and its push time.
-  uint32_t last_layer_ = UINT32_MAX;
-  std::chrono::steady_clock::time_point last_layer_pushed_{};
   spsc_ring<slot> ring_;
   // Read by the forward thread on every push, written by the drain thread
   // only when it falls asleep or wakes.
@@ -208,10 +212,15 @@ class layer_notifier::drain {
   std::atomic<bool> spinning_{false};
   bool spin_armed_ = false; // a last layer is due: spin from spin_from_
   // Written by the forward thread only, and rarely (a full ring, a wake-up):
-  // a line of their own, away from the flags the drain thread polls. The
-  // pushes are counted by the ring's own index, at no cost per push.
+  // on a line away from the flags the drain thread polls. The pushes are
+  // counted by the ring's own index, at no cost per push.
   alignas(64) std::atomic<uint64_t> overflowed_{0};
   std::atomic<uint64_t> wakeups_{0};
+  // Drain thread only, written for every layer sent: away from the flags
+  // the forward thread reads on every push. The layer sent last (none yet:
+  // the largest value) and its push time.
+  std::chrono::steady_clock::time_point last_layer_pushed_{};
+  uint32_t last_layer_ = UINT32_MAX;
   std::mutex mtx_;
   std::condition_variable cv_;
   std::thread thread_; // last: starts after everything it uses

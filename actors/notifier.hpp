@@ -27,12 +27,15 @@
 // forward's second-to-last layer (`layers` - 2), it expects the last one a
 // layer gap later (the gap between the forward thread's pushes of layers
 // `layers` - 3 and `layers` - 2), and from a quarter of that gap (at most
-// `last_layer_spin`) before then it yields in a loop instead of sleeping,
-// until the next slot comes or `last_layer_spin` has passed. (Spinning over
+// half of `last_layer_spin`) before then it yields in a loop instead of
+// sleeping, until the next slot comes or `last_layer_spin` has passed. No
+// gap, no spin: fewer than 3 layers, or layer `layers` - 3 not sent just
+// before (an overflowed push). (Spinning over
 // the whole gap slowed the many-room transfers of the layers before.)
 // The cost: a core busy for about a quarter layer once per forward, longer
-// if the last layer is late. yield() lets any runnable thread of the same
-// priority go first, but the time counts as this process's CPU (a cgroup
+// if the last layer is late. yield() may let other runnable threads run
+// first (on Linux's normal scheduler it is a hint), and the time counts as
+// this process's CPU (a cgroup
 // CPU quota charges it). On a GPU the pushes come when the forward thread
 // enqueues each layer, so the gaps are launch gaps and the spin is short.
 //
@@ -64,11 +67,12 @@ struct notifier_options {
   std::chrono::microseconds idle_recheck{2000};
   /// Ring slots (layer_ends the drain thread may lag behind).
   size_t capacity = 4096;
-  /// Layers of one forward (the model's); 0 = unknown: never spin.
+  /// Layers of one forward (the model's); 0 = unknown: never spin (nor with
+  /// fewer than 3: no layer gap to time it by).
   uint32_t layers = 0;
   /// After sending layer `layers` - 2, yield (not sleep) for the next slot
-  /// from min(a quarter layer gap, this) before the last layer is due, for
-  /// at most this long; 0 = never.
+  /// from min(a quarter layer gap, half this) before the last layer is due,
+  /// for at most this long; 0 = never.
   std::chrono::microseconds last_layer_spin{0};
 };
 

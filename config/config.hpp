@@ -46,7 +46,7 @@ struct transfer_config {
   std::chrono::microseconds notify_poll{50};
   /// Once it has sent a forward's second-to-last layer, the drain thread
   /// yields in a loop instead of sleeping until the last layer comes, from
-  /// min(a quarter layer, this) before it is due, for at most this long;
+  /// min(a quarter layer, half this) before it is due, for at most this long;
   /// 0 = never (see actors/notifier.hpp).
   std::chrono::microseconds notify_spin{2000};
 };

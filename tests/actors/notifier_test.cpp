@@ -269,8 +269,8 @@ CAF_TEST(a layer gap longer than the spin limit still times the spin) {
   layer_notifier notify{mgr, events, opts};
   notify(0);
   notify(1);
-  // Layers 400 ms apart, a 50 ms limit: the spin starts 50 ms before the
-  // last layer is due (350 ms after layer 2's push), not at once.
+  // Layers 400 ms apart, a 50 ms limit: the spin starts half the limit
+  // before the last layer is due (375 ms after layer 2's push), not at once.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   const auto pushed = std::chrono::steady_clock::now();
   notify(2);
@@ -278,7 +278,7 @@ CAF_TEST(a layer gap longer than the spin limit still times the spin) {
   CAF_CHECK_EQUAL(notify.counters().spins, 0u);
   CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return c.spins == 1; }));
   CAF_CHECK_GREATER_OR_EQUAL(std::chrono::steady_clock::now() - pushed,
-                             std::chrono::milliseconds(350));
+                             std::chrono::milliseconds(375));
   notify(3);
   wait_sent(notify);
   auto res = finish_room(a.room);
@@ -312,6 +312,15 @@ CAF_TEST(without a layer count or a gap or a spin limit the drain thread never s
     CAF_CHECK(wait_for_counters(notify, [](const notifier_counters& c) { return c.sleeping; }));
     wait_sent(notify);
   }
+  // Layer 1 never came through the ring: no gap to time layer 2's spin by.
+  notifier_options skipped = unknown_layers;
+  skipped.layers = 4;
+  layer_notifier notify{mgr, events, skipped};
+  notify(0);
+  notify(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CAF_CHECK_EQUAL(notify.counters().spins, 0u);
+  CAF_CHECK(wait_for_counters(notify, [](const notifier_counters& c) { return c.sleeping; }));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
