@@ -77,6 +77,13 @@ struct offload_fixture {
     return out;
   }
 
+  /// Finishes `room` and checks it completed with all `layers` sent.
+  void expect_all_layers_sent(room_id room, uint32_t layers) {
+    auto res = finish_room(room);
+    CAF_CHECK(!res.status);
+    CAF_CHECK_EQUAL(res.layers_sent, layers);
+  }
+
   ~offload_fixture() {
     self->send_exit(mgr, caf::exit_reason::user_shutdown);
     self->send_exit(caf::actor_cast<caf::actor>(transport), caf::exit_reason::user_shutdown);
@@ -125,9 +132,7 @@ CAF_TEST(a full ring falls back to direct sends and loses no layer) {
     notify(l);
   CAF_CHECK_GREATER(notify.counters().overflowed, 0u);
   wait_sent(notify);
-  auto res = finish_room(a.room);
-  CAF_CHECK(!res.status);
-  CAF_CHECK_EQUAL(res.layers_sent, layers);
+  expect_all_layers_sent(a.room, layers);
 }
 
 CAF_TEST(an idle drain thread sleeps and the next notify wakes it) {
@@ -147,9 +152,7 @@ CAF_TEST(an idle drain thread sleeps and the next notify wakes it) {
   // Woken at most once per notify that found it asleep, and never missed:
   // both layers (and the continuation) arrived well inside the idle wait.
   CAF_CHECK_GREATER_OR_EQUAL(notify.counters().wakeups, 1u);
-  auto res = finish_room(a.room);
-  CAF_CHECK(!res.status);
-  CAF_CHECK_EQUAL(res.layers_sent, 2u);
+  expect_all_layers_sent(a.room, 2);
 }
 
 namespace {
@@ -166,17 +169,41 @@ bool wait_for_counters(const layer_notifier& notify, Pred pred) {
   return true;
 }
 
+/// A drain thread polling every 50 us that spins for the last of `layers`
+/// layers for at most `limit`.
+notifier_options spin_options(std::chrono::microseconds limit, uint32_t layers = 4) {
+  notifier_options opts;
+  opts.poll = std::chrono::microseconds(50);
+  opts.layers = layers;
+  opts.last_layer_spin = limit;
+  return opts;
+}
+
+/// Pushes layers 0 and 1, then layer 2 `gap` after layer 1; checks that no
+/// spin started in the next 100 ms, waits for one, and returns how long
+/// after layer 2's push it was seen.
+std::chrono::steady_clock::duration spin_start_after_gap(layer_notifier& notify,
+                                                         std::chrono::milliseconds gap) {
+  notify(0);
+  notify(1);
+  std::this_thread::sleep_for(gap);
+  const auto pushed = std::chrono::steady_clock::now();
+  notify(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CAF_CHECK(!notify.counters().spinning);
+  CAF_CHECK_EQUAL(notify.counters().spins, 0u);
+  CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return c.spins == 1; }));
+  return std::chrono::steady_clock::now() - pushed;
+}
+
 } // namespace
 
 CAF_TEST(the drain thread spins only while it waits for the last layer) {
   constexpr uint32_t layers = 4;
   auto a = make_request(1, 2, layers);
   set_up({a});
-  notifier_options opts;
-  opts.poll = std::chrono::microseconds(50);
-  opts.layers = layers;
-  opts.last_layer_spin = std::chrono::seconds(30); // longer than any wait below
-  layer_notifier notify{mgr, events, opts};
+  // A limit longer than any wait below.
+  layer_notifier notify{mgr, events, spin_options(std::chrono::seconds(30))};
   notify(0);
   notify(1);
   wait_sent(notify);
@@ -193,33 +220,18 @@ CAF_TEST(the drain thread spins only while it waits for the last layer) {
   auto c = notify.counters();
   CAF_CHECK_EQUAL(c.spins, 1u);
   CAF_CHECK_EQUAL(c.spin_timeouts, 0u);
-  auto res = finish_room(a.room);
-  CAF_CHECK(!res.status);
-  CAF_CHECK_EQUAL(res.layers_sent, layers);
+  expect_all_layers_sent(a.room, layers);
 }
 
 CAF_TEST(the spin starts a quarter layer gap before the last layer is due) {
   constexpr uint32_t layers = 4;
   auto a = make_request(1, 2, layers);
   set_up({a});
-  notifier_options opts;
-  opts.poll = std::chrono::microseconds(50);
-  opts.layers = layers;
-  opts.last_layer_spin = std::chrono::seconds(30);
-  layer_notifier notify{mgr, events, opts};
-  notify(0);
-  notify(1);
+  layer_notifier notify{mgr, events, spin_options(std::chrono::seconds(30))};
   // A 400 ms gap between the pushes of layers 1 and 2: the drain thread
   // expects layer 3 400 ms after layer 2's push and spins from 300 ms after
   // it (timed by the pushes, not by when it sent them).
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  const auto pushed = std::chrono::steady_clock::now();
-  notify(2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  CAF_CHECK(!notify.counters().spinning);
-  CAF_CHECK_EQUAL(notify.counters().spins, 0u);
-  CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return c.spinning; }));
-  CAF_CHECK_GREATER_OR_EQUAL(std::chrono::steady_clock::now() - pushed,
+  CAF_CHECK_GREATER_OR_EQUAL(spin_start_after_gap(notify, std::chrono::milliseconds(400)),
                              std::chrono::milliseconds(300));
   notify(3);
   wait_sent(notify);
@@ -227,20 +239,14 @@ CAF_TEST(the spin starts a quarter layer gap before the last layer is due) {
   CAF_CHECK_EQUAL(c.spins, 1u);
   CAF_CHECK_EQUAL(c.spin_timeouts, 0u);
   CAF_CHECK(!c.spinning);
-  auto res = finish_room(a.room);
-  CAF_CHECK(!res.status);
-  CAF_CHECK_EQUAL(res.layers_sent, layers);
+  expect_all_layers_sent(a.room, layers);
 }
 
 CAF_TEST(a last layer that does not come ends the spin at its limit) {
   constexpr uint32_t layers = 4;
   auto a = make_request(1, 2, layers);
   set_up({a});
-  notifier_options opts;
-  opts.poll = std::chrono::microseconds(50);
-  opts.layers = layers;
-  opts.last_layer_spin = std::chrono::milliseconds(20);
-  layer_notifier notify{mgr, events, opts};
+  layer_notifier notify{mgr, events, spin_options(std::chrono::milliseconds(20))};
   for (uint32_t l = 0; l + 1 < layers; ++l)
     notify(l);
   // The flag goes down before the count goes up.
@@ -253,44 +259,26 @@ CAF_TEST(a last layer that does not come ends the spin at its limit) {
   notify(layers - 1);
   wait_sent(notify);
   CAF_CHECK_EQUAL(notify.counters().spins, 1u);
-  auto res = finish_room(a.room);
-  CAF_CHECK(!res.status);
-  CAF_CHECK_EQUAL(res.layers_sent, layers);
+  expect_all_layers_sent(a.room, layers);
 }
 
 CAF_TEST(a layer gap longer than the spin limit still times the spin) {
   constexpr uint32_t layers = 4;
   auto a = make_request(1, 2, layers);
   set_up({a});
-  notifier_options opts;
-  opts.poll = std::chrono::microseconds(50);
-  opts.layers = layers;
-  opts.last_layer_spin = std::chrono::milliseconds(50);
-  layer_notifier notify{mgr, events, opts};
-  notify(0);
-  notify(1);
+  layer_notifier notify{mgr, events, spin_options(std::chrono::milliseconds(50))};
   // Layers 400 ms apart, a 50 ms limit: the spin starts half the limit
   // before the last layer is due (375 ms after layer 2's push), not at once.
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  const auto pushed = std::chrono::steady_clock::now();
-  notify(2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  CAF_CHECK_EQUAL(notify.counters().spins, 0u);
-  CAF_REQUIRE(wait_for_counters(notify, [](const notifier_counters& c) { return c.spins == 1; }));
-  CAF_CHECK_GREATER_OR_EQUAL(std::chrono::steady_clock::now() - pushed,
+  CAF_CHECK_GREATER_OR_EQUAL(spin_start_after_gap(notify, std::chrono::milliseconds(400)),
                              std::chrono::milliseconds(375));
   notify(3);
   wait_sent(notify);
-  auto res = finish_room(a.room);
-  CAF_CHECK(!res.status);
-  CAF_CHECK_EQUAL(res.layers_sent, layers);
+  expect_all_layers_sent(a.room, layers);
 }
 
 CAF_TEST(without a layer count or a gap or a spin limit the drain thread never spins) {
   // No room is set up: the manager drops these layer_ends.
-  notifier_options unknown_layers;
-  unknown_layers.poll = std::chrono::microseconds(50);
-  unknown_layers.last_layer_spin = std::chrono::seconds(30);
+  notifier_options unknown_layers = spin_options(std::chrono::seconds(30), 0);
   unknown_layers.idle_sleep = std::chrono::milliseconds(5);
   notifier_options no_gap = unknown_layers; // layer 0 is the second-to-last
   no_gap.layers = 2;
