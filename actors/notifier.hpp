@@ -30,14 +30,14 @@
 // half of `last_layer_spin`) before then it yields in a loop instead of
 // sleeping, until the next slot comes or `last_layer_spin` has passed. No
 // gap, no spin: fewer than 3 layers, or layer `layers` - 3 not sent just
-// before (an overflowed push). (Spinning over
-// the whole gap slowed the many-room transfers of the layers before.)
+// before (an overflowed push). (Spinning over the whole gap slowed the
+// many-room transfers of the layers before.)
 // The cost: a core busy for about a quarter layer once per forward, longer
 // if the last layer is late. yield() may let other runnable threads run
 // first (on Linux's normal scheduler it is a hint), and the time counts as
-// this process's CPU (a cgroup
-// CPU quota charges it). On a GPU the pushes come when the forward thread
-// enqueues each layer, so the gaps are launch gaps and the spin is short.
+// this process's CPU (a cgroup CPU quota charges it). On a GPU the pushes
+// come when the forward thread enqueues each layer, so the gaps are launch
+// gaps and the spin is short.
 //
 // then(fn) keeps causality: `fn` runs after every layer_end notified before
 // it has been sent to the manager (the scheduler sends its batch_done that

@@ -610,12 +610,13 @@ int run_tail_bench(const tail_bench_options& opts_in) {
     return 2;
   }
   log::set_level("warn");
+  const int64_t spin_us = notify_spin_in_use(o);
   std::printf(
       "layerstream bench tail: provider '%s' (write_iov %u), device %s, %u us compute per layer, "
       "last-layer spin %lld us, %u interleaved repetitions (medians); T = the bulk tail, T/L its "
       "share per layer\n",
       o.provider.c_str(), o.write_iov, o.device.c_str(), o.layer_compute_us,
-      static_cast<long long>(notify_spin_in_use(o)), o.repetitions);
+      static_cast<long long>(spin_us), o.repetitions);
   std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s | %8s %8s %7s | %7s %7s | %9s "
               "%6s %9s %8s %6s %9s\n",
               "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
@@ -684,7 +685,7 @@ int run_tail_bench(const tail_bench_options& opts_in) {
                      {"device", o.device},
                      {"repetitions", o.repetitions},
                      {"layer_compute_us", o.layer_compute_us},
-                     {"notify_spin_us", notify_spin_in_use(o)},
+                     {"notify_spin_us", spin_us},
                      {"configs", configs}};
     std::ofstream out{o.json_path};
     out << j.dump(2) << "\n";
