@@ -1,6 +1,7 @@
 #include "bench/tail_bench.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -395,6 +396,9 @@ struct bench_row {
   bench_shape shape;
   uint64_t layer_bytes = 0; // one layer's KV over all rooms and ranks
   double tail_bulk_ms = 0, tail_layer_ms = 0, layer_xfer_ms = 0;
+  /// One layer's transfer alone: the tail of a bulk run of the same rooms
+  /// with a one-layer model (forward end to that layer delivery-complete).
+  double layer_alone_ms = 0;
   double settled_bulk_ms = 0, settled_layer_ms = 0;
   double forward_none_ms = 0, forward_layer_ms = 0, slowdown_pct = 0;
   int64_t notify_median_ns = 0, notify_p99_ns = 0;
@@ -402,12 +406,18 @@ struct bench_row {
 };
 
 /// Runs one config: `reps` interleaved repetitions of (no-transfer forward,
-/// bulk, per-layer), order rotated each repetition.
+/// bulk, per-layer, one layer alone), order rotated each repetition.
 std::optional<bench_row> run_config(const tail_bench_options& o, const bench_shape& shape,
                                     std::string& why) {
   auto bulk_cfg = make_config(o, shape, false, why);
   auto layer_cfg = make_config(o, shape, true, why);
-  if (!bulk_cfg || !layer_cfg)
+  // The same rooms with a one-layer model, bulk: one layer's bytes alone on
+  // the link, measured like the tails (what "one layer's transfer" costs
+  // with its start-up and completion latency, which T/L does not hold).
+  bench_shape alone_shape = shape;
+  alone_shape.layers = 1;
+  auto alone_cfg = make_config(o, alone_shape, false, why);
+  if (!bulk_cfg || !layer_cfg || !alone_cfg)
     return std::nullopt;
   caf::actor_system_config scfg;
   layerstream::add_message_types(scfg);
@@ -444,7 +454,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
       alone_devices.push_back(std::move(*dev));
     }
   }
-  local_cluster bulk, layer;
+  local_cluster bulk, layer, alone;
   if (ok)
     if (auto err = bulk.start(sys, *bulk_cfg)) {
       why = "bulk cluster: " + describe(err);
@@ -455,15 +465,31 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
       why = "per-layer cluster: " + describe(err);
       ok = false;
     }
-  std::vector<double> tails_bulk, tails_layer, settled_bulk, settled_layer, fwd_none, fwd_layer;
+  if (ok)
+    if (auto err = alone.start(sys, *alone_cfg)) {
+      why = "one-layer cluster: " + describe(err);
+      ok = false;
+    }
+  /// One kind of cluster run and what its repetitions measured.
+  struct cluster_run {
+    const char* name;
+    local_cluster* cluster;
+    const deployment_config* cfg;
+    std::vector<double> tails, settled;
+  };
+  std::array<cluster_run, 3> runs{{{"bulk", &bulk, &*bulk_cfg, {}, {}},
+                                   {"per-layer", &layer, &*layer_cfg, {}, {}},
+                                   {"one-layer", &alone, &*alone_cfg, {}, {}}}};
+  auto& [bulk_run, layer_run, alone_run] = runs;
+  std::vector<double> fwd_none, fwd_layer;
   std::vector<int64_t> notify;
   room_id next_room = 1;
   uint64_t hold = 1;
   // One untimed warm-up run of each path (first touch of the pools, connections).
   for (int rep = -1; ok && rep < static_cast<int>(o.repetitions); ++rep) {
-    for (int k = 0; ok && k < 3; ++k) {
-      const int which = (k + std::max(rep, 0)) % 3;
-      if (which == 0) {
+    for (size_t k = 0; ok && k <= runs.size(); ++k) {
+      const size_t which = (k + static_cast<size_t>(std::max(rep, 0))) % (runs.size() + 1);
+      if (which == runs.size()) {
         auto ms = forward_alone_ms(alone_devices, *bulk_cfg);
         if (!ms) {
           why = "the no-transfer forward did not end";
@@ -473,44 +499,44 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
         }
         continue;
       }
-      auto& c = which == 1 ? bulk : layer;
-      auto& cfg = which == 1 ? *bulk_cfg : *layer_cfg;
-      auto s = run_once(sys, c, cfg, next_room, hold++, why);
-      next_room += cfg.workload.rooms;
+      auto& run = runs[which];
+      auto s = run_once(sys, *run.cluster, *run.cfg, next_room, hold++, why);
+      next_room += run.cfg->workload.rooms;
       if (!s) {
-        why = std::string(which == 1 ? "bulk" : "per-layer") + " run: " + why;
+        why = std::string(run.name) + " run: " + why;
         ok = false;
       } else if (rep >= 0) {
-        (which == 1 ? tails_bulk : tails_layer).push_back(s->tail_ms);
-        (which == 1 ? settled_bulk : settled_layer).push_back(s->settled_ms);
-        if (which == 2) {
+        run.tails.push_back(s->tail_ms);
+        run.settled.push_back(s->settled_ms);
+        if (&run == &layer_run) {
           fwd_layer.push_back(s->forward_ms);
           notify.insert(notify.end(), s->notify_ns.begin(), s->notify_ns.end());
         }
       }
     }
   }
-  // Both clusters' actors stop before the one wait for all actors of `sys`
+  // Every cluster's actors stop before the one wait for all actors of `sys`
   // (local_cluster::stop waits for every actor, so it cannot go one by one).
-  for (auto* c : {&layer, &bulk}) {
+  for (auto* c : {&layer, &bulk, &alone}) {
     if (c->decode)
       c->decode->stop();
     for (auto& p : c->prefill)
       p->stop();
   }
   sys.await_all_actors_done();
-  for (auto* c : {&layer, &bulk})
+  for (auto* c : {&layer, &bulk, &alone})
     if (c->decode)
       c->decode->target->close();
   if (!ok)
     return std::nullopt;
-  row.tail_bulk_ms = median(tails_bulk);
-  row.tail_layer_ms = median(tails_layer);
-  row.settled_bulk_ms = median(settled_bulk);
-  row.settled_layer_ms = median(settled_layer);
+  row.tail_bulk_ms = median(bulk_run.tails);
+  row.tail_layer_ms = median(layer_run.tails);
+  row.settled_bulk_ms = median(bulk_run.settled);
+  row.settled_layer_ms = median(layer_run.settled);
   // The bulk tail is the whole transfer T (it starts at the forward's end);
   // T/L is one layer's share of it.
   row.layer_xfer_ms = row.tail_bulk_ms / shape.layers;
+  row.layer_alone_ms = median(alone_run.tails);
   row.forward_none_ms = median(fwd_none);
   row.forward_layer_ms = median(fwd_layer);
   row.slowdown_pct = row.forward_none_ms > 0
@@ -574,8 +600,9 @@ int run_tail_bench(const tail_bench_options& opts_in) {
       std::cerr << "layerstream bench tail: tokens must be in 1..1048576, got " << t << "\n";
       return 2;
     }
-  // Two clusters (bulk and per-layer) are up at once: refuse a shape whose
-  // pools would not fit comfortably instead of failing halfway through.
+  // Three clusters (bulk, per-layer and the one-layer one) are up at once:
+  // refuse a shape whose pools would not fit comfortably instead of failing
+  // halfway through.
   constexpr uint64_t max_pool_bytes = 4ull << 30;
   for (const auto& s : shapes_of(o)) {
     std::string why;
@@ -588,11 +615,12 @@ int run_tail_bench(const tail_bench_options& opts_in) {
     // K and V, every layer. In double: the largest options overflow 64 bits.
     const double cluster_bytes = (s.cp + 1.0) * static_cast<double>(cfg->prefill.pool_pages) *
                                  static_cast<double>(cfg->model.item_len()) * 2 * cfg->model.layers;
-    if (2 * cluster_bytes > static_cast<double>(max_pool_bytes)) {
+    const double all_bytes = cluster_bytes * (2 + 1.0 / s.layers);
+    if (all_bytes > static_cast<double>(max_pool_bytes)) {
       std::cerr << "layerstream bench tail: L = " << s.layers << ", " << s.rooms << " rooms, cp "
                 << s.cp << ", " << s.tokens << " tokens per room needs "
-                << static_cast<uint64_t>(2 * cluster_bytes / (1 << 20))
-                << " MiB of KV pools (two clusters), more than " << (max_pool_bytes >> 20)
+                << static_cast<uint64_t>(all_bytes / (1 << 20))
+                << " MiB of KV pools (three clusters), more than " << (max_pool_bytes >> 20)
                 << " MiB; use fewer tokens, rooms or layers\n";
       return 2;
     }
@@ -614,18 +642,19 @@ int run_tail_bench(const tail_bench_options& opts_in) {
   std::printf(
       "layerstream bench tail: provider '%s' (write_iov %u), device %s, %u us compute per layer, "
       "last-layer spin %lld us, %u interleaved repetitions (medians); T = the bulk tail, T/L its "
-      "share per layer\n",
+      "share per layer, 1lay = one layer's transfer alone\n",
       o.provider.c_str(), o.write_iov, o.device.c_str(), o.layer_compute_us,
       static_cast<long long>(spin_us), o.repetitions);
-  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s | %8s %8s %7s | %7s %7s | %9s "
-              "%6s %9s %8s %6s %9s\n",
-              "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "lay/T/L",
-              "lay/blk", "set_bulk", "set_lay", "fwd_none", "fwd_lay", "slow%", "ntf_p50",
-              "ntf_p99", "act_cpu", "act%", "act/room", "run_cpu", "run%", "hdl_lat");
-  std::printf("%6s %5s %3s %9s | %9s %9s %8s | %7s %7s | %8s %8s | %8s %8s %7s | %7s %7s | %9s "
-              "%6s %9s %8s %6s %9s\n",
-              "", "", "", "", "ms", "ms", "ms", "", "", "ms", "ms", "ms", "ms", "", "ns", "ns",
-              "us/layer", "", "ns/layer", "us/layer", "", "us");
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s %8s | %7s %8s %7s | %8s %8s | %8s %8s %7s | %7s "
+              "%7s | %9s %6s %9s %8s %6s %9s\n",
+              "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "1lay",
+              "lay/T/L", "lay/1lay", "lay/blk", "set_bulk", "set_lay", "fwd_none", "fwd_lay",
+              "slow%", "ntf_p50", "ntf_p99", "act_cpu", "act%", "act/room", "run_cpu", "run%",
+              "hdl_lat");
+  std::printf("%6s %5s %3s %9s | %9s %9s %8s %8s | %7s %8s %7s | %8s %8s | %8s %8s %7s | %7s "
+              "%7s | %9s %6s %9s %8s %6s %9s\n",
+              "", "", "", "", "ms", "ms", "ms", "ms", "", "", "", "ms", "ms", "ms", "ms", "", "ns",
+              "ns", "us/layer", "", "ns/layer", "us/layer", "", "us");
   nlohmann::json configs = nlohmann::json::array();
   int rc = 0;
   for (const auto& shape : shapes_of(o)) {
@@ -639,18 +668,21 @@ int run_tail_bench(const tail_bench_options& opts_in) {
     const double per_layer_ratio =
         row->layer_xfer_ms > 0 ? row->tail_layer_ms / row->layer_xfer_ms : 0;
     const double bulk_ratio = row->tail_bulk_ms > 0 ? row->tail_layer_ms / row->tail_bulk_ms : 0;
+    const double alone_ratio =
+        row->layer_alone_ms > 0 ? row->tail_layer_ms / row->layer_alone_ms : 0;
     const double hdl_pct = row->handling.cpu_us_per_layer / o.layer_compute_us * 100;
     const double act_pct = row->handling.handlers_us_per_layer / o.layer_compute_us * 100;
     const double act_per_room = row->handling.handlers_us_per_layer * 1000 / shape.rooms;
     std::printf(
-        "%6u %5u %3u %9.0f | %9.2f %9.2f %8.3f | %7.2f %7.3f | %8.2f %8.2f | %8.2f %8.2f "
-        "%7.2f | %7lld %7lld | %9.1f %6.2f %9.0f %8.1f %6.2f %9.1f\n",
+        "%6u %5u %3u %9.0f | %9.2f %9.2f %8.3f %8.3f | %7.2f %8.2f %7.3f | %8.2f %8.2f | %8.2f "
+        "%8.2f %7.2f | %7lld %7lld | %9.1f %6.2f %9.0f %8.1f %6.2f %9.1f\n",
         shape.layers, shape.rooms, shape.cp, static_cast<double>(row->layer_bytes) / 1024,
-        row->tail_bulk_ms, row->tail_layer_ms, row->layer_xfer_ms, per_layer_ratio, bulk_ratio,
-        row->settled_bulk_ms, row->settled_layer_ms, row->forward_none_ms, row->forward_layer_ms,
-        row->slowdown_pct, static_cast<long long>(row->notify_median_ns),
-        static_cast<long long>(row->notify_p99_ns), row->handling.handlers_us_per_layer, act_pct,
-        act_per_room, row->handling.cpu_us_per_layer, hdl_pct, row->handling.latency_us_median);
+        row->tail_bulk_ms, row->tail_layer_ms, row->layer_xfer_ms, row->layer_alone_ms,
+        per_layer_ratio, alone_ratio, bulk_ratio, row->settled_bulk_ms, row->settled_layer_ms,
+        row->forward_none_ms, row->forward_layer_ms, row->slowdown_pct,
+        static_cast<long long>(row->notify_median_ns), static_cast<long long>(row->notify_p99_ns),
+        row->handling.handlers_us_per_layer, act_pct, act_per_room, row->handling.cpu_us_per_layer,
+        hdl_pct, row->handling.latency_us_median);
     std::fflush(stdout);
     configs.push_back(
         {{"layers", shape.layers},
@@ -665,6 +697,8 @@ int run_tail_bench(const tail_bench_options& opts_in) {
          {"tail_layer_settled_ms", row->settled_layer_ms},
          {"layer_xfer_ms", row->layer_xfer_ms},
          {"tail_layer_over_layer_xfer", per_layer_ratio},
+         {"layer_alone_ms", row->layer_alone_ms},
+         {"tail_layer_over_layer_alone", alone_ratio},
          {"tail_layer_over_tail_bulk", bulk_ratio},
          {"forward_none_ms", row->forward_none_ms},
          {"forward_layer_ms", row->forward_layer_ms},
