@@ -2,7 +2,7 @@
 // per request (room) of that batch. A batch shares its layer_end events, so
 // the context waits on each layer's event once and sends each layer of all
 // its rooms in one submit_batch per decode peer: per layer, a handful of
-// messages for the whole batch instead of four per room (bench/README.md,
+// messages for the whole batch instead of four per room (bench/HISTORY.md,
 // "Batched submit").
 //
 // Protocol:

@@ -192,7 +192,7 @@ typename Inspector::result_type inspect(Inspector& f, room_blocks& x) {
 
 /// context -> transport: one layer of several rooms of one forward batch,
 /// all to the same `peer`, in one message instead of one submit per room
-/// (bench/README.md: messages per layer were the limit at 256 rooms). The
+/// (bench/HISTORY.md: messages per layer were the limit at 256 rooms). The
 /// rooms' blocks sit in one flat list, room after room in `rooms` order (one
 /// allocation per layer, not one per room). Each room's blocks are one
 /// transport job: a failed write fails its own room, never its neighbours.

@@ -16,7 +16,7 @@ namespace layerstream {
 /// sleep plus the kernel's timer slack, on every hop of a layer's chain, and
 /// the polling itself costs CPU after every burst. Without the moderate
 /// phase an idle worker spins briefly and then sleeps until it is woken
-/// (bench/README.md, "Batched submit": lower handling CPU and latency).
+/// (bench/HISTORY.md, "Batched submit": lower handling CPU and latency).
 inline void tune_actor_runtime(caf::actor_system_config& cfg) {
   cfg.set("work-stealing.moderate-poll-attempts", size_t{0});
 }
