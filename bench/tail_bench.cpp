@@ -414,11 +414,15 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
   // The same rooms with a one-layer model, bulk: one layer's bytes alone on
   // the link, measured like the tails (what "one layer's transfer" costs
   // with its start-up and completion latency, which T/L does not hold).
-  bench_shape alone_shape = shape;
-  alone_shape.layers = 1;
-  auto alone_cfg = make_config(o, alone_shape, false, why);
-  if (!bulk_cfg || !layer_cfg || !alone_cfg)
+  bench_shape one_layer_shape = shape;
+  one_layer_shape.layers = 1;
+  if (!bulk_cfg || !layer_cfg)
     return std::nullopt;
+  auto one_layer_cfg = make_config(o, one_layer_shape, false, why);
+  if (!one_layer_cfg) {
+    why = "one-layer config: " + why;
+    return std::nullopt;
+  }
   caf::actor_system_config scfg;
   layerstream::add_message_types(scfg);
   scfg.set("logger.verbosity", caf::atom("quiet"));
@@ -454,7 +458,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
       alone_devices.push_back(std::move(*dev));
     }
   }
-  local_cluster bulk, layer, alone;
+  local_cluster bulk, layer, one_layer;
   if (ok)
     if (auto err = bulk.start(sys, *bulk_cfg)) {
       why = "bulk cluster: " + describe(err);
@@ -466,7 +470,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
       ok = false;
     }
   if (ok)
-    if (auto err = alone.start(sys, *alone_cfg)) {
+    if (auto err = one_layer.start(sys, *one_layer_cfg)) {
       why = "one-layer cluster: " + describe(err);
       ok = false;
     }
@@ -479,8 +483,8 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
   };
   std::array<cluster_run, 3> runs{{{"bulk", &bulk, &*bulk_cfg, {}, {}},
                                    {"per-layer", &layer, &*layer_cfg, {}, {}},
-                                   {"one-layer", &alone, &*alone_cfg, {}, {}}}};
-  auto& [bulk_run, layer_run, alone_run] = runs;
+                                   {"one-layer", &one_layer, &*one_layer_cfg, {}, {}}}};
+  auto& [bulk_run, layer_run, one_layer_run] = runs;
   std::vector<double> fwd_none, fwd_layer;
   std::vector<int64_t> notify;
   room_id next_room = 1;
@@ -517,14 +521,14 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
   }
   // Every cluster's actors stop before the one wait for all actors of `sys`
   // (local_cluster::stop waits for every actor, so it cannot go one by one).
-  for (auto* c : {&layer, &bulk, &alone}) {
+  for (auto* c : {&layer, &bulk, &one_layer}) {
     if (c->decode)
       c->decode->stop();
     for (auto& p : c->prefill)
       p->stop();
   }
   sys.await_all_actors_done();
-  for (auto* c : {&layer, &bulk, &alone})
+  for (auto* c : {&layer, &bulk, &one_layer})
     if (c->decode)
       c->decode->target->close();
   if (!ok)
@@ -536,7 +540,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
   // The bulk tail is the whole transfer T (it starts at the forward's end);
   // T/L is one layer's share of it.
   row.layer_xfer_ms = row.tail_bulk_ms / shape.layers;
-  row.layer_alone_ms = median(alone_run.tails);
+  row.layer_alone_ms = median(one_layer_run.tails);
   row.forward_none_ms = median(fwd_none);
   row.forward_layer_ms = median(fwd_layer);
   row.slowdown_pct = row.forward_none_ms > 0
@@ -600,9 +604,9 @@ int run_tail_bench(const tail_bench_options& opts_in) {
       std::cerr << "layerstream bench tail: tokens must be in 1..1048576, got " << t << "\n";
       return 2;
     }
-  // Three clusters (bulk, per-layer and the one-layer one) are up at once:
-  // refuse a shape whose pools would not fit comfortably instead of failing
-  // halfway through.
+  // Three clusters (bulk, per-layer and the one-layer one) and the cp pools
+  // of the no-transfer forward are up at once: refuse a shape whose pools
+  // would not fit comfortably instead of failing halfway through.
   constexpr uint64_t max_pool_bytes = 4ull << 30;
   for (const auto& s : shapes_of(o)) {
     std::string why;
@@ -615,13 +619,14 @@ int run_tail_bench(const tail_bench_options& opts_in) {
     // K and V, every layer. In double: the largest options overflow 64 bits.
     const double cluster_bytes = (s.cp + 1.0) * static_cast<double>(cfg->prefill.pool_pages) *
                                  static_cast<double>(cfg->model.item_len()) * 2 * cfg->model.layers;
-    const double all_bytes = cluster_bytes * (2 + 1.0 / s.layers);
+    const double all_bytes =
+        cluster_bytes * (2 + 1.0 / s.layers) + cluster_bytes * s.cp / (s.cp + 1.0);
     if (all_bytes > static_cast<double>(max_pool_bytes)) {
       std::cerr << "layerstream bench tail: L = " << s.layers << ", " << s.rooms << " rooms, cp "
                 << s.cp << ", " << s.tokens << " tokens per room needs "
                 << static_cast<uint64_t>(all_bytes / (1 << 20))
-                << " MiB of KV pools (three clusters), more than " << (max_pool_bytes >> 20)
-                << " MiB; use fewer tokens, rooms or layers\n";
+                << " MiB of KV pools (three clusters and the no-transfer forward's), more than "
+                << (max_pool_bytes >> 20) << " MiB; use fewer tokens, rooms or layers\n";
       return 2;
     }
   }

@@ -19,7 +19,8 @@ struct tail_bench_options {
   /// Prompt tokens per room, which set the KV bytes per layer; each value
   /// runs every config (empty: 256 tokens for one room, 16 for many).
   std::vector<uint64_t> tokens;
-  /// Interleaved repetitions per config (each: no-transfer forward, bulk, per-layer).
+  /// Interleaved repetitions per config (each: no-transfer forward, bulk,
+  /// per-layer, one layer alone).
   uint32_t repetitions = 5;
   /// Simulated compute of one layer.
   uint32_t layer_compute_us = 1000;
