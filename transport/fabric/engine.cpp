@@ -312,9 +312,15 @@ void engine::run() {
     {
       std::lock_guard<std::mutex> fab{fabric_mutex_};
       completed = read_cq();
+    }
+    // Deadlines before posting: a job whose deadline passed while it waited
+    // for a write slot fails as never posted, its peer not blamed, instead
+    // of getting writes posted now and failing with them in flight.
+    check_deadlines(clock_type::now());
+    {
+      std::lock_guard<std::mutex> fab{fabric_mutex_};
       posted = post_ready();
     }
-    check_deadlines(clock_type::now());
     finish_jobs();
     if (completed > 0 || posted > 0) {
       idle_rounds_ = 0;
@@ -567,6 +573,10 @@ void engine::check_deadlines(clock_type::time_point now) {
   for (auto& jp : active_) {
     job& j = *jp;
     if (j.reported || now < j.deadline)
+      continue;
+    // Its last completion came in this round's CQ read: it is delivered, and
+    // finish_jobs reports it so; the deadline passing since is no failure.
+    if (!j.status && j.fully_posted() && j.in_flight == 0)
       continue;
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - j.submitted).count();
