@@ -34,7 +34,18 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
                                             scheduler_actor scheduler, caf::node_id peer,
                                             std::vector<uint8_t> key, caf::timespan timeout,
                                             std::string gate_name) {
+  // The scheduler gone while the process lives on (an actor that failed)
+  // ends the session too: decode then sees this rank down and opens no room
+  // on it, instead of sending it rooms that can only fail and hold pages.
+  self->monitor(scheduler);
   self->set_down_handler([=](caf::down_msg& dm) {
+    if (dm.source == scheduler.address()) {
+      auto why = dm.reason ? describe(dm.reason) : std::string{"exited"};
+      LS_ERROR("control plane {}: session of node {} closed: the prefill scheduler is down ({})",
+               gate_name, to_string(peer), why);
+      self->quit(make_error(lserr::peer_lost, "prefill scheduler is down: " + why));
+      return;
+    }
     self->state.senders.erase(dm.source);
     if (!self->state.senders.empty())
       return;
@@ -69,6 +80,13 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
         self->request(scheduler, timeout, std::move(info))
             .then([rp](kv_ready& res) mutable { rp.deliver(std::move(res)); },
                   [rp, room](caf::error& err) mutable {
+                    // Bounced: the scheduler was gone before it took the
+                    // request, so no write of this room can come; decode
+                    // takes this error as that proof (actors/receiver.cpp).
+                    if (err == caf::sec::request_receiver_down) {
+                      rp.deliver(std::move(err));
+                      return;
+                    }
                     // The scheduler may still be writing the room: decode
                     // must keep its pages (actors/receiver.hpp).
                     rp.deliver(make_error(lserr::writes_in_flight,

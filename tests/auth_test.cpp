@@ -173,6 +173,44 @@ TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
   ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
 }
 
+TEST_F(AuthTest, ASessionEndsWhenItsSchedulerIsDownAndSaysNothingWasWritten) {
+  auto doomed = sys.spawn(fake_scheduler, uint32_t{5});
+  gate_config g;
+  g.token = token;
+  g.scheduler = doomed;
+  g.name = "rank 5";
+  auto doomed_gate = sys.spawn(gate_impl, g);
+  auto session = authenticate(sys, doomed_gate, token, timeout);
+  ASSERT_TRUE(session) << describe(session.error());
+  auto got = forward(self, session->session, 49, session->key);
+  ASSERT_TRUE(got) << describe(got.error());
+  // The scheduler fails while its process lives on. Decode's receiver
+  // monitors the session: its end is how decode learns the rank is down.
+  self->monitor(session->session);
+  self->send_exit(doomed, caf::exit_reason::kill);
+  caf::error reason;
+  bool down = false;
+  self->receive(
+      [&](caf::down_msg& dm) {
+        down = dm.source == session->session.address();
+        reason = dm.reason;
+      },
+      caf::after(timeout) >> [] {});
+  ASSERT_TRUE(down) << "the session outlived its scheduler";
+  EXPECT_TRUE(is(reason, lserr::peer_lost)) << describe(reason);
+  EXPECT_NE(describe(reason).find("prefill scheduler is down"), std::string::npos)
+      << describe(reason);
+  // The gate goes on. A room sent to a rank whose scheduler is gone is
+  // refused as never delivered, not as writes that may still land: decode
+  // need not hold its pages.
+  auto again = authenticate(sys, doomed_gate, token, timeout);
+  ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
+  auto late = forward(self, again->session, 50, again->key);
+  ASSERT_FALSE(late) << "a gone scheduler answered room " << late->room;
+  EXPECT_TRUE(late.error() == caf::sec::request_receiver_down) << describe(late.error());
+  self->send_exit(doomed_gate, caf::exit_reason::user_shutdown);
+}
+
 TEST_F(AuthTest, ASessionWhoseSchedulerDoesNotAnswerSaysItsWritesMayStillLand) {
   auto silent = sys.spawn(silent_scheduler, uint32_t{3});
   gate_config g;
