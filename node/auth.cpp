@@ -24,7 +24,8 @@ constexpr std::string_view session_role = "session";
 /// Forwards transfer_info from the one node that authenticated, carrying
 /// the session's key. It watches the decode actors that sent it one (the
 /// receiver): when the last of them is gone (it exited, or its node's
-/// connection dropped), the session ends, and the gate drops it.
+/// connection dropped), the session ends, and the gate drops it. It also
+/// watches the scheduler and ends when that is down.
 struct session_state {
   static inline const char* name = "layerstream.session";
   std::set<caf::actor_addr> senders;

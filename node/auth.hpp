@@ -89,8 +89,9 @@ struct gate_state {
 
 /// Sessions are linked to the gate: exiting the gate closes them. A session
 /// monitors the decode actors that sent it a transfer_info and ends once the
-/// last of them is down (exited, or its node's connection lost); the gate
-/// then drops it from its table and goes on.
+/// last of them is down (exited, or its node's connection lost), or once the
+/// rank's scheduler is down (with lserr::peer_lost); the gate then drops it
+/// from its table and goes on.
 gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> self, gate_config cfg);
 
 /// The session's key: HMAC-SHA256(token, "layerstream-auth-v1 session" +
