@@ -112,7 +112,7 @@ void chunk_settled(self_ptr self, uint64_t batch_id, room_id room, caf::error st
       if (st.cfg.trace && end > 0)
         st.cfg.trace->span("exposed tail, batch " + std::to_string(batch_id), "tail",
                            st.cfg.cp_rank, 1, bs.forward_end_ns, end);
-      if (end > 0) {
+      if (end > 0 && st.stats.tail_ns.size() < st.cfg.stats_batches_max) {
         st.stats.tail_ns.push_back(std::max<int64_t>(0, end - bs.forward_end_ns));
         st.stats.settled_tail_ns.push_back(
             std::max<int64_t>(0, bs.last_settled_ns - bs.forward_end_ns));
@@ -272,7 +272,8 @@ void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>
 void on_batch_done(self_ptr self, const batch_done& msg) {
   auto& st = self->state;
   st.forward_busy = false;
-  st.stats.forward_ns.push_back(msg.end_ns - msg.start_ns);
+  if (st.stats.forward_ns.size() < st.cfg.stats_batches_max)
+    st.stats.forward_ns.push_back(msg.end_ns - msg.start_ns);
   const auto room_left = scheduler_stats::notify_samples_max - st.stats.notify_ns.size();
   st.stats.notify_ns.insert(st.stats.notify_ns.end(), msg.notify_ns.begin(),
                             msg.notify_ns.begin() + static_cast<std::ptrdiff_t>(

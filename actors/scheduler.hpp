@@ -65,6 +65,11 @@ struct scheduler_config {
   uint64_t pool_pages = 0;
   /// Optional timeline (demo --trace).
   std::shared_ptr<trace_recorder> trace;
+  /// Per-batch samples scheduler_stats keeps (forward_ns, tail_ns,
+  /// settled_tail_ns): those of the first this many batches, so a rank that
+  /// runs for days does not grow them without bound (~1.5 MiB at the
+  /// default). The room and byte counts go on.
+  size_t stats_batches_max = size_t{1} << 16;
   /// TESTING ONLY (workload.skip_notify_layers): layers the forward never
   /// notifies, so that per-layer rooms reach finish with them unreported.
   std::vector<uint32_t> skip_notify_layers;

@@ -489,7 +489,8 @@ struct scheduler_stats {
   /// Per batch: forward time and exposed tail (forward end to the last byte
   /// of the batch's successful rooms delivery-complete, when the engine read
   /// that completion; a batch that sent nothing ends when it settles), ns. A
-  /// batch with no successful room adds no tail.
+  /// batch with no successful room adds no tail. The first
+  /// scheduler_config::stats_batches_max batches only.
   std::vector<int64_t> forward_ns;
   std::vector<int64_t> tail_ns;
   /// Per batch, next to tail_ns: forward end to when this scheduler settled

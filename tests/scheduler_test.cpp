@@ -166,6 +166,7 @@ class SchedulerWithStandIns : public ::testing::Test {
     cfg.timeouts.room = 1s;   // setup wait 1 s, finish wait 3 s
     cfg.timeouts.submit = 1s; // bulk submit wait 2 s
     cfg.pool_pages = 16;
+    cfg.stats_batches_max = stats_batches_max_;
     manager_ = caf::actor_cast<manager_actor>(sys_.spawn(stand_in_manager, script_));
     transport_ = caf::actor_cast<transport_actor>(sys_.spawn(stand_in_transport, transport_delay_));
     scheduler_ = sys_.spawn(scheduler_impl, cfg, device_.get(), transport_, manager_);
@@ -179,6 +180,14 @@ class SchedulerWithStandIns : public ::testing::Test {
     info.dst_v_ptrs = {0x30000, 0x40000};
     info.item_lens = device_->layout().item_lens();
     info.cp_size = 1;
+    info_ = info;
+    return ask_again(5);
+  }
+
+  /// The same request for `room` to the scheduler `ask` spawned.
+  kv_ready ask_again(room_id room) {
+    auto info = info_;
+    info.room = room;
     kv_ready out;
     caf::scoped_actor self{sys_};
     self->request(scheduler_, 30s, std::move(info))
@@ -230,6 +239,8 @@ class SchedulerWithStandIns : public ::testing::Test {
   std::unique_ptr<prefill_device> device_;
   /// The stand-in transport's answer delay (0: it never answers).
   caf::timespan transport_delay_{0};
+  size_t stats_batches_max_ = scheduler_config{}.stats_batches_max;
+  transfer_info info_;
   manager_actor manager_;
   transport_actor transport_;
   scheduler_full_actor scheduler_;
@@ -241,6 +252,21 @@ TEST_F(SchedulerWithStandIns, AnAnsweredFinishCompletesTheRoom) {
   auto ready = ask(true);
   EXPECT_EQ(ready.room, 5u);
   EXPECT_FALSE(ready.status) << describe(ready.status);
+}
+
+TEST_F(SchedulerWithStandIns, StatsKeepTheFirstBatchesSamplesOnlyAndCountOn) {
+  script_->answer_finish = true;
+  stats_batches_max_ = 2;
+  for (room_id room : {5, 6, 7}) {
+    auto ready = room == 5 ? ask(true) : ask_again(room);
+    EXPECT_EQ(ready.room, room);
+    EXPECT_FALSE(ready.status) << describe(ready.status);
+  }
+  auto s = stats();
+  EXPECT_EQ(s.rooms_complete, 3u); // one batch each: they came one at a time
+  EXPECT_EQ(s.forward_ns.size(), 2u);
+  EXPECT_EQ(s.tail_ns.size(), 2u);
+  EXPECT_EQ(s.settled_tail_ns.size(), 2u);
 }
 
 TEST_F(SchedulerWithStandIns, APerLayerTailEndsAtTheLastDeliveryNotAtTheLateFinish) {
