@@ -42,16 +42,21 @@ struct AuthTest : ::testing::Test {
   gate_actor gate;
   caf::scoped_actor self{sys};
 
-  AuthTest() {
-    gate_config g;
-    g.token = token;
-    g.scheduler = scheduler;
-    g.name = "rank 0";
-    gate = sys.spawn(gate_impl, g);
-  }
+  AuthTest() { gate = spawn_gate(scheduler, "rank 0"); }
   ~AuthTest() override {
     self->send_exit(gate, caf::exit_reason::user_shutdown);
     self->send_exit(scheduler, caf::exit_reason::user_shutdown);
+  }
+
+  /// A gate with the test's token in front of `to`.
+  gate_actor spawn_gate(const scheduler_actor& to, std::string name,
+                        caf::timespan session_timeout = gate_config{}.session_timeout) {
+    gate_config g;
+    g.token = token;
+    g.scheduler = to;
+    g.name = std::move(name);
+    g.session_timeout = session_timeout;
+    return sys.spawn(gate_impl, g);
   }
 
   auth_challenge hello(const std::vector<uint8_t>& nonce) {
@@ -175,11 +180,7 @@ TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
 
 TEST_F(AuthTest, ASessionEndsWhenItsSchedulerIsDownAndSaysNothingWasWritten) {
   auto doomed = sys.spawn(fake_scheduler, uint32_t{5});
-  gate_config g;
-  g.token = token;
-  g.scheduler = doomed;
-  g.name = "rank 5";
-  auto doomed_gate = sys.spawn(gate_impl, g);
+  auto doomed_gate = spawn_gate(doomed, "rank 5");
   auto session = authenticate(sys, doomed_gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   auto got = forward(self, session->session, 49, session->key);
@@ -213,12 +214,7 @@ TEST_F(AuthTest, ASessionEndsWhenItsSchedulerIsDownAndSaysNothingWasWritten) {
 
 TEST_F(AuthTest, ASessionWhoseSchedulerDoesNotAnswerSaysItsWritesMayStillLand) {
   auto silent = sys.spawn(silent_scheduler, uint32_t{3});
-  gate_config g;
-  g.token = token;
-  g.scheduler = silent;
-  g.name = "rank 3";
-  g.session_timeout = std::chrono::milliseconds(200);
-  auto slow_gate = sys.spawn(gate_impl, g);
+  auto slow_gate = spawn_gate(silent, "rank 3", std::chrono::milliseconds(200));
   auto session = authenticate(sys, slow_gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   auto got = forward(self, session->session, 48, session->key);
