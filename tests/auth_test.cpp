@@ -206,6 +206,9 @@ TEST_F(AuthTest, ASessionEndsWhenItsSchedulerIsDownAndSaysNothingWasWritten) {
   // need not hold its pages.
   auto again = authenticate(sys, doomed_gate, token, timeout);
   ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
+  // It ends at once (its scheduler is gone); a request sent while it was
+  // still ending could be dropped unanswered, so send once it has ended.
+  ASSERT_TRUE(ends(again->session)) << "the new session outlived the gone scheduler";
   auto late = forward(self, again->session, 50, again->key);
   ASSERT_FALSE(late) << "a gone scheduler answered room " << late->room;
   EXPECT_TRUE(late.error() == caf::sec::request_receiver_down) << describe(late.error());
