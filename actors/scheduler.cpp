@@ -60,7 +60,11 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
     ++st.stats.rooms_complete;
   }
   rs.promise.deliver(kv_ready{room, st.cfg.cp_rank, std::move(status), rs.bytes});
-  st.pages->release(rs.owned_pages);
+  auto& od = st.overdue;
+  if (od && std::find(od->rooms.begin(), od->rooms.end(), room) != od->rooms.end())
+    od->pages.insert(od->pages.end(), rs.owned_pages.begin(), rs.owned_pages.end());
+  else
+    st.pages->release(rs.owned_pages);
   st.rooms.erase(i);
 }
 
@@ -240,23 +244,22 @@ void on_finish_result(self_ptr self, uint64_t batch_id, room_id room,
             res.bytes, res.delivered_ns);
 }
 
-/// The forward did not write batch `msg.batch`'s KV: every room of it fails
-/// with the forward's reason. A per-layer room is finished first, so it
-/// settles only after the writes its context posted have ended (their
-/// outcome is moot), or with writes_in_flight; no room goes by the bulk path.
-void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>& rooms) {
+/// The forward did not write batch `batch`'s KV (it failed, or ran past its
+/// deadline): every room of it fails with `reason`. A per-layer room is
+/// finished first, so it settles only after the writes its context posted
+/// have ended (their outcome is moot), or with writes_in_flight; no room
+/// goes by the bulk path.
+void fail_batch(self_ptr self, uint64_t batch, const caf::error& reason,
+                const std::vector<room_id>& rooms) {
   auto& st = self->state;
-  auto reason = make_error(lserr::event_failed, "forward: " + describe(msg.status));
-  LS_WARN("rank {}: batch {}: the forward failed, its {} rooms fail: {}", st.cfg.cp_rank, msg.batch,
-          rooms.size(), describe(msg.status));
   for (auto room : rooms) {
     auto i = st.rooms.find(room);
     if (i == st.rooms.end() || !i->second.per_layer) {
-      chunk_settled(self, msg.batch, room, reason, 0);
+      chunk_settled(self, batch, room, reason, 0);
       continue;
     }
     // The forward's reason, unless writes of the room may still land.
-    auto settle = [self, batch = msg.batch, room, reason](uint64_t bytes, caf::error other) {
+    auto settle = [self, batch, room, reason](uint64_t bytes, caf::error other) {
       auto status = reason;
       keep_failure(status, std::move(other));
       chunk_settled(self, batch, room, std::move(status), bytes);
@@ -269,15 +272,50 @@ void fail_batch(self_ptr self, const batch_done& msg, const std::vector<room_id>
   }
 }
 
+/// Batch `batch`'s forward has run timeouts.room: unless it ended, its rooms
+/// fail and the rank stops taking requests until it ends (scheduler.hpp).
+void on_forward_deadline(self_ptr self, uint64_t batch) {
+  auto& st = self->state;
+  if (st.running_batch != batch || st.overdue)
+    return; // It ended in time.
+  const auto ran = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - st.running_since);
+  auto b = st.batches.find(batch);
+  auto rooms = b != st.batches.end() ? b->second.rooms : std::vector<room_id>{};
+  auto reason = make_error(
+      lserr::timeout, "rank " + std::to_string(st.cfg.cp_rank) + ": the forward of batch " +
+                          std::to_string(batch) + " has not ended " + std::to_string(ran.count()) +
+                          " ms after it started (its deadline is timeouts.room; the device may "
+                          "be stuck): no forward starts on this rank until it ends");
+  LS_ERROR("{}; its {} rooms fail, and so does every request until then", describe(reason),
+           rooms.size());
+  st.overdue = scheduler_state::overdue_forward{batch, rooms, {}, reason};
+  fail_batch(self, batch, reason, rooms);
+  try_start_batch(self); // refuses what is queued
+}
+
 void on_batch_done(self_ptr self, const batch_done& msg) {
   auto& st = self->state;
   st.forward_busy = false;
+  st.running_batch = 0;
   if (st.stats.forward_ns.size() < st.cfg.stats_batches_max)
     st.stats.forward_ns.push_back(msg.end_ns - msg.start_ns);
   const auto room_left = scheduler_stats::notify_samples_max - st.stats.notify_ns.size();
   st.stats.notify_ns.insert(st.stats.notify_ns.end(), msg.notify_ns.begin(),
                             msg.notify_ns.begin() + static_cast<std::ptrdiff_t>(
                                                         std::min(room_left, msg.notify_ns.size())));
+  if (st.overdue && st.overdue->batch == msg.batch) {
+    // Its rooms failed at the deadline (those still settling release their
+    // pages themselves); the device is done with the pages of the others.
+    LS_WARN("rank {}: the overdue forward of batch {} ended after {} ms; {} pages back in the "
+            "pool, forwards start again",
+            st.cfg.cp_rank, msg.batch, (msg.end_ns - msg.start_ns) / 1'000'000,
+            st.overdue->pages.size());
+    st.pages->release(st.overdue->pages);
+    st.overdue.reset();
+    try_start_batch(self);
+    return;
+  }
   auto b = st.batches.find(msg.batch);
   if (b == st.batches.end())
     return;
@@ -285,7 +323,10 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
   auto rooms = b->second.rooms;
   auto chunks = b->second.chunks;
   if (msg.status) {
-    fail_batch(self, msg, rooms);
+    LS_WARN("rank {}: batch {}: the forward failed, its {} rooms fail: {}", st.cfg.cp_rank,
+            msg.batch, rooms.size(), describe(msg.status));
+    fail_batch(self, msg.batch, make_error(lserr::event_failed, "forward: " + describe(msg.status)),
+               rooms);
     try_start_batch(self);
     return;
   }
@@ -321,6 +362,15 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
 
 void try_start_batch(self_ptr self) {
   auto& st = self->state;
+  if (st.overdue) {
+    // The forward thread is still in the overdue batch: nothing queued can start.
+    while (!st.queue.empty()) {
+      auto room = st.queue.front();
+      st.queue.pop_front();
+      settle_room(self, room, st.overdue->reason);
+    }
+    return;
+  }
   if (st.forward_busy || st.queue.empty())
     return;
   if (st.hold_rooms > 0) {
@@ -380,28 +430,34 @@ void try_start_batch(self_ptr self) {
   // The forward starts only once the manager holds the contexts, so no
   // layer_end can arrive before its contexts exist.
   self->request(st.manager, st.cfg.timeouts.room, std::move(msg))
-      .then([self,
-             fb = std::move(fb)](caf::ok_atom) mutable { self->state.forward->run(std::move(fb)); },
-            [self, batch_id](caf::error& err) {
-              auto& s = self->state;
-              s.forward_busy = false;
-              auto b = s.batches.find(batch_id);
-              if (b == s.batches.end())
-                return;
-              auto rooms = b->second.rooms;
-              s.batches.erase(b);
-              // Unanswered, the manager may have set the contexts up after
-              // all: finish them (no forward runs, so they send nothing more
-              // and wind down), and decode must keep the pages meanwhile.
-              const bool unanswered = err == caf::sec::request_timeout;
-              const auto code = unanswered ? lserr::writes_in_flight : lserr::bad_input;
-              for (auto room : rooms) {
-                if (unanswered)
-                  caf::anon_send(s.manager, finish{room});
-                settle_room(self, room, make_error(code, "setup: " + describe(err)));
-              }
-              try_start_batch(self);
-            });
+      .then(
+          [self, batch_id, fb = std::move(fb)](caf::ok_atom) mutable {
+            auto& s = self->state;
+            s.running_batch = batch_id;
+            s.running_since = std::chrono::steady_clock::now();
+            s.forward->run(std::move(fb));
+            self->delayed_send(self, s.cfg.timeouts.room, forward_deadline_atom::value, batch_id);
+          },
+          [self, batch_id](caf::error& err) {
+            auto& s = self->state;
+            s.forward_busy = false;
+            auto b = s.batches.find(batch_id);
+            if (b == s.batches.end())
+              return;
+            auto rooms = b->second.rooms;
+            s.batches.erase(b);
+            // Unanswered, the manager may have set the contexts up after
+            // all: finish them (no forward runs, so they send nothing more
+            // and wind down), and decode must keep the pages meanwhile.
+            const bool unanswered = err == caf::sec::request_timeout;
+            const auto code = unanswered ? lserr::writes_in_flight : lserr::bad_input;
+            for (auto room : rooms) {
+              if (unanswered)
+                caf::anon_send(s.manager, finish{room});
+              settle_room(self, room, make_error(code, "setup: " + describe(err)));
+            }
+            try_start_batch(self);
+          });
 }
 
 void on_transfer_info(self_ptr self, transfer_info& info,
@@ -512,6 +568,7 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
         return rp;
       },
       [self](const batch_done& msg) { on_batch_done(self, msg); },
+      [self](forward_deadline_atom, uint64_t batch) { on_forward_deadline(self, batch); },
       [self](const hold_forward& msg) {
         auto& st = self->state;
         if (msg.rooms > 0) {

@@ -10,6 +10,7 @@
 //   batch_done                  from the forward thread: the batch's forward ended
 //   hold_forward                local (bench tail): start no batch until N
 //                               requests are queued (one-shot, with a deadline)
+//   forward_deadline_atom, N   local: batch N's forward has run timeouts.room
 //   stats_query -> scheduler_stats
 //
 // Per batch: setup (manager) -> forward (the device's forward thread; the notifier
@@ -29,6 +30,14 @@
 // per-layer rooms are finished first (so their posted writes have ended, or
 // the room says writes_in_flight), and none goes by the bulk path, which
 // would send bytes never written.
+// Every forward has a deadline: timeouts.room after it started (decode has
+// given up on every room of it by then). A forward past it (a device that
+// hangs: a kernel that never ends, cudaStreamSynchronize that never
+// returns) fails its rooms with lserr::timeout, the per-layer ones finished
+// first as above; the rank then refuses every request with that reason
+// until the forward ends, since its forward thread runs one batch at a
+// time; and the pages of those rooms stay out of the pool until then,
+// since the device may still write them.
 #pragma once
 
 #include <caf/stateful_actor.hpp>
@@ -36,6 +45,7 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -52,8 +62,12 @@
 
 namespace layerstream {
 
+/// Local: the deadline of batch N's forward (sent to itself when it starts).
+using forward_deadline_atom = caf::atom_constant<caf::atom("fwddue")>;
+
 using scheduler_full_actor =
     scheduler_actor::extend<caf::reacts_to<batch_done>, caf::reacts_to<hold_forward>,
+                            caf::reacts_to<forward_deadline_atom, uint64_t>,
                             caf::replies_to<stats_query>::with<scheduler_stats>>;
 
 struct scheduler_config {
@@ -125,6 +139,20 @@ struct scheduler_state {
   std::map<uint64_t, batch_state> batches;
   uint64_t next_batch = 1;
   bool forward_busy = false;
+  /// The batch whose forward runs now (0: none), and since when.
+  uint64_t running_batch = 0;
+  std::chrono::steady_clock::time_point running_since;
+  /// A forward past its deadline: its rooms have failed; no forward starts
+  /// and every request is refused until it ends; the pages of its rooms that
+  /// settled stay here, out of the pool, until then (the device may still
+  /// write them).
+  struct overdue_forward {
+    uint64_t batch = 0;
+    std::vector<room_id> rooms;
+    std::vector<uint64_t> pages;
+    caf::error reason;
+  };
+  std::optional<overdue_forward> overdue;
   /// hold_forward: no batch starts until this many requests are queued (0 = no hold).
   uint32_t hold_rooms = 0;
   uint64_t hold_id = 0;

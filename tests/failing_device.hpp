@@ -1,11 +1,15 @@
 // failing_device: a cpu_device whose forward fails chosen batches, for the
 // tests of what a failed forward does to its rooms (equivalence_test,
-// scheduler_test).
+// scheduler_test); stalling_device: one whose forward hangs in a batch until
+// the test lets it go (scheduler_test).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,6 +63,70 @@ class failing_device final : public prefill_device {
   std::unique_ptr<cpu_device> inner_;
   std::vector<uint64_t> fail_;
   uint32_t notified_;
+};
+
+/// Holds a forward thread until the test opens it, or for 30 s at most.
+class forward_gate {
+ public:
+  void open() {
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock{mutex_};
+    cv_.wait_for(lock, std::chrono::seconds{30}, [this] { return open_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+/// A cpu_device whose forward hangs in batch `stall_batch` (the rank's batch
+/// ids are 1, 2, ... in the order they run) before it notifies layer
+/// `stall_layer`, until `gate` opens: a device that does not come back, as
+/// a kernel that never ends holds a GPU forward in cudaStreamSynchronize.
+class stalling_device final : public prefill_device {
+ public:
+  stalling_device(std::unique_ptr<cpu_device> inner, uint64_t stall_batch, uint32_t stall_layer,
+                  std::shared_ptr<forward_gate> gate)
+      : inner_(std::move(inner)), stall_batch_(stall_batch), stall_layer_(stall_layer),
+        gate_(std::move(gate)) {}
+
+  std::string name() const override { return "cpu (stalling)"; }
+  const kv_layout& layout() const override { return inner_->layout(); }
+  std::vector<uint64_t> src_k_ptrs() const override { return inner_->src_k_ptrs(); }
+  std::vector<uint64_t> src_v_ptrs() const override { return inner_->src_v_ptrs(); }
+  memory_span src() const override { return inner_->src(); }
+  event_source& events() override { return inner_->events(); }
+  stream_handle notify_stream() const override { return inner_->notify_stream(); }
+
+  caf::expected<std::unique_ptr<forward_runner>>
+  make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
+               forward_runner::done_fn done) override {
+    auto running = std::make_shared<std::atomic<uint64_t>>(1);
+    return inner_->make_forward(
+        layer_compute,
+        [notify, running, batch = stall_batch_, layer = stall_layer_, gate = gate_](uint32_t l) {
+          if (running->load() == batch && l == layer)
+            gate->wait();
+          notify(l);
+        },
+        [done, running](uint64_t batch, forward_timing timing) {
+          ++*running;
+          done(batch, std::move(timing));
+        });
+  }
+
+ private:
+  std::unique_ptr<cpu_device> inner_;
+  uint64_t stall_batch_;
+  uint32_t stall_layer_;
+  std::shared_ptr<forward_gate> gate_;
 };
 
 } // namespace layerstream::testing

@@ -7,6 +7,8 @@
 //   (decode then keeps its pages, actors/receiver.hpp), never a plain timeout.
 // - The exposed tail ends when the last byte was delivered, as the answers
 //   say, not when the scheduler heard of it.
+// - A forward that does not end fails its rooms at its deadline and the rank
+//   refuses requests, with that reason, until it ends.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -328,6 +330,52 @@ TEST_F(SchedulerWithStandIns,
                              std::move(*cpu), std::vector<uint64_t>{1}, 1));
   EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
   EXPECT_TRUE(mentions(ready.status, "kv_fill launch failed (test)")) << describe(ready.status);
+}
+
+TEST_F(SchedulerWithStandIns,
+       AForwardPastItsDeadlineFailsItsRoomsAndTheRankRefusesRequestsUntilItEnds) {
+  script_->answer_finish = true;
+  model_config model;
+  model.layers = 2;
+  model.kv_heads = 1;
+  model.head_dim = 4;
+  model.page_size = 4;
+  auto cpu = cpu_device::create(model, 16);
+  ASSERT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
+  // Batch 1 hangs before its last layer; its deadline is timeouts.room (1 s).
+  auto gate = std::make_shared<layerstream::testing::forward_gate>();
+  struct open_at_exit {
+    std::shared_ptr<layerstream::testing::forward_gate> gate;
+    ~open_at_exit() { gate->open(); }
+  } opener{gate};
+  auto ready = ask(
+      true, std::make_unique<layerstream::testing::stalling_device>(std::move(*cpu), 1, 1, gate));
+  EXPECT_TRUE(is(ready.status, lserr::timeout)) << describe(ready.status);
+  EXPECT_TRUE(mentions(ready.status, "the forward of batch 1 has not ended"))
+      << describe(ready.status);
+  EXPECT_TRUE(script_->got_finish(5)); // its context winds down
+
+  // The forward thread is still in batch 1: a new request is refused at
+  // once with the same reason, and room 5's pages stay out of the pool.
+  auto refused = ask_again(6);
+  EXPECT_TRUE(is(refused.status, lserr::timeout)) << describe(refused.status);
+  EXPECT_TRUE(mentions(refused.status, "the forward of batch 1 has not ended"))
+      << describe(refused.status);
+  auto held = stats();
+  EXPECT_EQ(held.pages_free + 2, held.pages_total);
+  EXPECT_EQ(held.rooms_open, 0u);
+
+  // Once it ends, the pages come back and the rank serves again.
+  gate->open();
+  const auto by = std::chrono::steady_clock::now() + 10s;
+  auto s = stats();
+  while (s.pages_free != s.pages_total && std::chrono::steady_clock::now() < by) {
+    std::this_thread::sleep_for(1ms);
+    s = stats();
+  }
+  EXPECT_EQ(s.pages_free, s.pages_total);
+  auto served = ask_again(7);
+  EXPECT_FALSE(served.status) << describe(served.status);
 }
 
 } // namespace
