@@ -13,8 +13,7 @@ namespace layerstream {
 receiver_config make_receiver_config(const deployment_config& dep) {
   receiver_config cfg;
   cfg.room_timeout = dep.timeouts.room;
-  cfg.answer_wait = decode_answer_wait(dep.timeouts.room, dep.timeouts.submit,
-                                       forward_time(dep.model.layers, dep.model.layer_compute));
+  cfg.answer_wait = decode_answer_wait(dep.timeouts.room, dep.timeouts.submit);
   cfg.corrupt_rooms = dep.workload.corrupt_rooms;
   return cfg;
 }

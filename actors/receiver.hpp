@@ -98,8 +98,7 @@ struct receiver_config {
   caf::timespan room_timeout = timeouts_config{}.room;
   /// Bound on each transfer_info request (decode_answer_wait,
   /// common/deadlines.hpp): a rank silent past it holds the pages for good.
-  caf::timespan answer_wait =
-      decode_answer_wait(timeouts_config{}.room, timeouts_config{}.submit, caf::timespan{0});
+  caf::timespan answer_wait = decode_answer_wait(timeouts_config{}.room, timeouts_config{}.submit);
   /// Check a room's bytes against kv_pattern before reporting it complete.
   bool verify = true;
   /// Optional: gets a copy of every room_result (a room is ready to decode).

@@ -367,7 +367,9 @@ void try_start_batch(self_ptr self) {
     while (!st.queue.empty()) {
       auto room = st.queue.front();
       st.queue.pop_front();
-      settle_room(self, room, st.overdue->reason);
+      auto i = st.rooms.find(room);
+      if (i != st.rooms.end() && !i->second.busy)
+        settle_room(self, room, st.overdue->reason);
     }
     return;
   }
@@ -469,6 +471,8 @@ void on_transfer_info(self_ptr self, transfer_info& info,
     ++st.stats.rooms_failed;
     rp.deliver(kv_ready{room, st.cfg.cp_rank, std::move(err), 0});
   };
+  if (st.overdue)
+    return refuse(st.overdue->reason); // no forward can start: take nothing
   if (!st.forward)
     return refuse(make_error(lserr::bad_input, "this rank has no forward (" + st.device->name() +
                                                    " device): " + describe(st.forward_error)));

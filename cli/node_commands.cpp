@@ -486,9 +486,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   gate_config gcfg;
   gcfg.token = cfg->cluster.token;
   gcfg.scheduler = (*node)->scheduler;
-  gcfg.session_timeout =
-      session_answer_wait(cfg->timeouts.room, cfg->timeouts.submit,
-                          forward_time(cfg->model.layers, cfg->model.layer_compute));
+  gcfg.session_timeout = session_answer_wait(cfg->timeouts.room, cfg->timeouts.submit);
   gcfg.challenge_ttl = std::max<caf::timespan>(cfg->timeouts.connection, std::chrono::seconds(5));
   gcfg.name = "rank " + std::to_string(cfg->prefill.cp_rank);
   auto gate = sys.spawn(gate_impl, std::move(gcfg));

@@ -41,11 +41,10 @@ inline caf::timespan scheduler_finish_wait(caf::timespan room) {
 
 // A transfer_info's answer. Decode fails the room at `room`, but a rank that
 // has not answered may still be writing into its pages, so decode waits
-// longer for the answer (actors/receiver.hpp). `forward` is one chunk's
-// forward, forward_time(model.layers, model.layer_compute).
+// longer for the answer (actors/receiver.hpp).
 
-/// layers x layer, saturating at a day (both are bounded, their product is
-/// not); a forward that long is refused by the room deadline anyway.
+/// One chunk's nominal forward, layers x layer, saturating at a day (both are bounded, their
+/// product is not); a forward that long is refused by the room deadline anyway.
 inline caf::timespan forward_time(uint32_t layers, std::chrono::microseconds layer) {
   const caf::timespan day = std::chrono::hours(24);
   if (layer.count() <= 0)
@@ -57,24 +56,22 @@ inline caf::timespan forward_time(uint32_t layers, std::chrono::microseconds lay
 
 /// The longest a live prefill rank takes to answer a transfer_info: its last
 /// chunk starts within `room` of the arrival (the scheduler's start rule),
-/// its batch's setup waits at most `room`, then its forward, the finish
-/// chain and, for layers the per-layer path did not send (or a bulk room),
-/// one bulk submit.
-inline caf::timespan prefill_answer_bound(caf::timespan room, caf::timespan submit,
-                                          caf::timespan forward) {
-  return room + room + forward + scheduler_finish_wait(room) + submit_request_wait(submit);
+/// its batch's setup waits at most `room`, its forward runs at most `room`
+/// (the scheduler's forward deadline, however long the nominal forward),
+/// then the finish chain and, for layers the per-layer path did not send
+/// (or a bulk room), one bulk submit.
+inline caf::timespan prefill_answer_bound(caf::timespan room, caf::timespan submit) {
+  return room + room + room + scheduler_finish_wait(room) + submit_request_wait(submit);
 }
 
 /// The gate's session forwarding a transfer_info to its scheduler.
-inline caf::timespan session_answer_wait(caf::timespan room, caf::timespan submit,
-                                         caf::timespan forward) {
-  return outer_deadline(prefill_answer_bound(room, submit, forward));
+inline caf::timespan session_answer_wait(caf::timespan room, caf::timespan submit) {
+  return outer_deadline(prefill_answer_bound(room, submit));
 }
 
 /// Decode's transfer_info request: past the session's wait.
-inline caf::timespan decode_answer_wait(caf::timespan room, caf::timespan submit,
-                                        caf::timespan forward) {
-  return outer_deadline(session_answer_wait(room, submit, forward));
+inline caf::timespan decode_answer_wait(caf::timespan room, caf::timespan submit) {
+  return outer_deadline(session_answer_wait(room, submit));
 }
 
 } // namespace layerstream

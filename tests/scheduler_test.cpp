@@ -148,6 +148,14 @@ class SchedulerWithStandIns : public ::testing::Test {
   /// Spawns the scheduler over `device` (default: a cpu_device) and asks it
   /// for room 5 (8 tokens, 2 pages); the answer, or a test failure.
   kv_ready ask(bool per_layer, std::unique_ptr<prefill_device> device = nullptr) {
+    if (!start(per_layer, std::move(device)))
+      return {};
+    return ask_again(5);
+  }
+
+  /// Spawns the scheduler over `device` (default: a cpu_device); false (and a
+  /// test failure) if there is no device.
+  bool start(bool per_layer, std::unique_ptr<prefill_device> device = nullptr) {
     model_config model;
     model.layers = 2;
     model.kv_heads = 1;
@@ -158,7 +166,7 @@ class SchedulerWithStandIns : public ::testing::Test {
       auto cpu = cpu_device::create(model, 16);
       EXPECT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
       if (!cpu)
-        return {};
+        return false;
       device = std::move(*cpu);
     }
     device_ = std::move(device);
@@ -183,18 +191,28 @@ class SchedulerWithStandIns : public ::testing::Test {
     info.item_lens = device_->layout().item_lens();
     info.cp_size = 1;
     info_ = info;
-    return ask_again(5);
+    return true;
   }
 
-  /// The same request for `room` to the scheduler `ask` spawned.
-  kv_ready ask_again(room_id room) {
-    auto info = info_;
-    info.room = room;
-    kv_ready out;
+  /// The same request for `room` to the scheduler `start` spawned.
+  kv_ready ask_again(room_id room) { return ask_all({{room, 8}}).front(); }
+
+  /// Requests for `rooms` (id, prompt tokens: 4 a page), all sent before
+  /// the first answer is awaited; their answers in that order.
+  std::vector<kv_ready> ask_all(const std::vector<std::pair<room_id, uint64_t>>& rooms) {
     caf::scoped_actor self{sys_};
-    self->request(scheduler_, 30s, std::move(info))
-        .receive([&](kv_ready& ready) { out = std::move(ready); },
-                 [&](caf::error& err) { ADD_FAILURE() << "no kv_ready: " << describe(err); });
+    std::vector<decltype(self->request(scheduler_, 30s, info_))> asked;
+    for (auto [room, tokens] : rooms) {
+      auto info = info_;
+      info.room = room;
+      info.prompt_tokens = tokens;
+      info.dst_pages.resize((tokens + 3) / 4);
+      asked.push_back(self->request(scheduler_, 30s, std::move(info)));
+    }
+    std::vector<kv_ready> out(rooms.size());
+    for (size_t k = 0; k < asked.size(); ++k)
+      asked[k].receive([&](kv_ready& ready) { out[k] = std::move(ready); },
+                       [&](caf::error& err) { ADD_FAILURE() << "no kv_ready: " << describe(err); });
     return out;
   }
 
@@ -342,22 +360,28 @@ TEST_F(SchedulerWithStandIns,
   model.page_size = 4;
   auto cpu = cpu_device::create(model, 16);
   ASSERT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
-  // Batch 1 hangs before its last layer; its deadline is timeouts.room (1 s).
+  // Batch 1 (room 5, 2 pages) hangs before its last layer; its deadline is
+  // timeouts.room (1 s). Room 6 (1 page) waits in the queue behind it.
   auto gate = std::make_shared<layerstream::testing::forward_gate>();
   struct open_at_exit {
     std::shared_ptr<layerstream::testing::forward_gate> gate;
     ~open_at_exit() { gate->open(); }
   } opener{gate};
-  auto ready = ask(
-      true, std::make_unique<layerstream::testing::stalling_device>(std::move(*cpu), 1, 1, gate));
-  EXPECT_TRUE(is(ready.status, lserr::timeout)) << describe(ready.status);
-  EXPECT_TRUE(mentions(ready.status, "the forward of batch 1 has not ended"))
-      << describe(ready.status);
-  EXPECT_TRUE(script_->got_finish(5)); // its context winds down
+  ASSERT_TRUE(start(
+      true, std::make_unique<layerstream::testing::stalling_device>(std::move(*cpu), 1, 1, gate)));
+  auto answers = ask_all({{5, 8}, {6, 4}});
+  for (const auto& ready : answers) {
+    EXPECT_TRUE(is(ready.status, lserr::timeout)) << ready.room << ": " << describe(ready.status);
+    EXPECT_TRUE(mentions(ready.status, "the forward of batch 1 has not ended"))
+        << ready.room << ": " << describe(ready.status);
+  }
+  EXPECT_TRUE(script_->got_finish(5));  // its context winds down
+  EXPECT_FALSE(script_->got_finish(6)); // never in a batch
 
-  // The forward thread is still in batch 1: a new request is refused at
-  // once with the same reason, and room 5's pages stay out of the pool.
-  auto refused = ask_again(6);
+  // The forward thread is still in batch 1: a new request is refused with
+  // the same reason before it takes anything (its 15 pages are more than
+  // the pool has left), and room 5's pages (only those) stay out of the pool.
+  auto refused = ask_all({{7, 60}}).front();
   EXPECT_TRUE(is(refused.status, lserr::timeout)) << describe(refused.status);
   EXPECT_TRUE(mentions(refused.status, "the forward of batch 1 has not ended"))
       << describe(refused.status);
@@ -374,7 +398,7 @@ TEST_F(SchedulerWithStandIns,
     s = stats();
   }
   EXPECT_EQ(s.pages_free, s.pages_total);
-  auto served = ask_again(7);
+  auto served = ask_again(8);
   EXPECT_FALSE(served.status) << describe(served.status);
 }
 
