@@ -7,6 +7,7 @@
 
 #include "common/deadlines.hpp"
 #include "common/log.hpp"
+#include "transport/transfer_plan.hpp"
 
 namespace layerstream {
 
@@ -150,6 +151,28 @@ void hold_pages(self_ptr self, room_id room, room_entry& entry, uint32_t rank, r
            room, rank, why, entry.pages.size());
 }
 
+/// The bytes prefill rank `rank` must write for a room of `pages` pages: its
+/// slice of the pages (owned_positions) in every layer and buffer. Bounded by
+/// the pool's size, so no overflow.
+uint64_t owed_bytes(const kv_pool& pool, uint64_t pages, uint32_t cp, uint32_t rank) {
+  auto owned = owned_positions(pages, cp, rank);
+  if (!owned)
+    return 0; // cp == 0 or rank >= cp: cannot happen for a rank we asked
+  // One page in every layer: K, and V unless MLA (item_lens as
+  // kv_pointers reads them: N entries shared by K and V, or 2N).
+  const auto lens = pool.item_lens();
+  const uint64_t layers = pool.layers();
+  if (lens.size() < layers)
+    return 0;
+  uint64_t per_page = 0;
+  for (uint64_t l = 0; l < layers; ++l) {
+    per_page += lens[l];
+    if (pool.buffers() == 2)
+      per_page += lens.size() == 2 * layers ? lens[layers + l] : lens[l];
+  }
+  return owned->size() * per_page;
+}
+
 /// One rank's answer (kv_ready or a request error) for one room.
 void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, const kv_ready* ready,
                const caf::error& request_err) {
@@ -196,6 +219,19 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
     phase = rank_phase::failed;
     entry.bytes += ready->bytes;
     fail_room(self, room, entry, rank_error(rank, ready->status));
+  } else if (auto owed = owed_bytes(*st.pool.pool, entry.pages.size(),
+                                    static_cast<uint32_t>(entry.ranks.size()), rank);
+             ready->bytes != owed) {
+    // Its writes have ended (it answered), but its count says a byte is
+    // missing or extra: the room must not complete on it, with or without
+    // `verify` (stale bytes of an earlier room in the same pages could pass).
+    phase = rank_phase::failed;
+    entry.bytes += ready->bytes;
+    fail_room(self, room, entry,
+              make_error(lserr::transfer_failed,
+                         "prefill rank " + std::to_string(rank) + " answered success with " +
+                             std::to_string(ready->bytes) + " bytes written, but its " +
+                             "slice of the room's pages is " + std::to_string(owed) + " bytes"));
   } else {
     phase = rank_phase::ready;
     ++entry.ready;
@@ -214,6 +250,21 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
 std::string held_note(const room_entry& entry) {
   return "its " + std::to_string(entry.pages.size()) +
          " pages stay held: a prefill rank may still write them";
+}
+
+/// Why an open room's id cannot be reused yet.
+std::string busy_note(const room_entry& entry) {
+  if (entry.held)
+    return " failed and cannot be reused: " + held_note(entry);
+  if (entry.state != room_state::failed || !entry.closed)
+    return " is already open";
+  std::string pending;
+  for (uint32_t rank = 0; rank < entry.ranks.size(); ++rank)
+    if (entry.ranks[rank] == rank_phase::pending)
+      pending += (pending.empty() ? "" : ", ") + std::to_string(rank);
+  return " failed and was closed, but its " + std::to_string(entry.pages.size()) +
+         " pages and its id wait for prefill rank(s) " + pending +
+         " to answer (they may still write them)";
 }
 
 /// Names the held pages in a "pool is full" refusal, so a shrinking pool is
@@ -242,10 +293,7 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
   };
   if (auto open = st.rooms.find(room); open != st.rooms.end())
     return refuse(make_error(lserr::duplicate_room,
-                             "room " + std::to_string(room) +
-                                 (open->second.held
-                                      ? " failed and cannot be reused: " + held_note(open->second)
-                                      : " is already open")));
+                             "room " + std::to_string(room) + busy_note(open->second)));
   if (msg.prompt_tokens == 0)
     return refuse(make_error(lserr::bad_input, "room " + std::to_string(room) + " has no tokens"));
   for (uint32_t r = 0; r < st.lost.size(); ++r)

@@ -16,11 +16,13 @@
 //                        to the allocator; answered with ok
 //
 // Rules: a room is complete only when every CP rank answered kv_ready with
-// success and, with `verify`, every byte of tokens [0, prompt_tokens) in the
-// pool matches kv_pattern (else it fails with "bytes differ": decode never
-// reports complete for a room with a missing byte). The first failure (a
-// kv_ready error, a request error or timeout, a prefill scheduler going
-// down, room_timeout) fails the room with a reason naming the rank.
+// success and a byte count equal to its slice of the room's pages (every
+// layer and buffer; another count fails the room) and, with `verify`, every
+// byte of tokens [0, prompt_tokens) in the pool matches kv_pattern (else it
+// fails with "bytes differ": decode never reports complete for a room with a
+// missing byte). The first failure (a kv_ready error, a request error or
+// timeout, a prefill scheduler going down, room_timeout) fails the room with
+// a reason naming the rank.
 //
 // Pages of a failed room: a rank that has not answered may still be writing
 // into them (decode's room_timeout does not stop it), so they return to the

@@ -21,6 +21,7 @@ enum class answer {
   error_in_flight, // an error answer, writes_in_flight (a session's own timeout)
   refused,         // an error answer, unauthorized (a session refused it)
   hold,            // nothing until the test sends {release_atom, room}; then as `ok`
+  short_count,     // as `ok`, but the answer counts one byte less than the slice
 };
 
 /// What the fake prefill ranks do and what they saw (test thread only).
@@ -60,7 +61,10 @@ kv_ready answer_for(prefill_script& script, uint32_t rank, const transfer_info& 
   if (script.mode[rank] == answer::in_flight_stray)
     return kv_ready{info.room + 1000, rank + 1,
                     make_error(lserr::writes_in_flight, "scripted give-up"), 0};
-  return write_slice(script, rank, info);
+  auto ready = write_slice(script, rank, info);
+  if (script.mode[rank] == answer::short_count)
+    ready.bytes -= 1;
+  return ready;
 }
 
 using fake_prefill_actor = scheduler_actor::extend<caf::reacts_to<release_atom, room_id>>;
@@ -514,6 +518,23 @@ CAF_TEST(unwritten bytes fail the room although every rank said success) {
   CAF_CHECK_EQUAL(free_pages(), pool_pages);
 }
 
+CAF_TEST(a rank whose success counts a byte short fails the room even without verify) {
+  // Its slice is in the pool, byte for byte: only the count gives it away,
+  // as it would for stale bytes of an earlier room in the same pages.
+  cfg.verify = false;
+  spawn({answer::ok, answer::short_count});
+  auto hdl = open(32, 10);
+  CAF_REQUIRE_EQUAL(results->size(), 1u);
+  auto& res = results->front();
+  CAF_CHECK(is(res.status, lserr::transfer_failed));
+  CAF_CHECK(mentions(res.status, "prefill rank 1 answered success with " +
+                                     std::to_string(room_bytes(1) - 1) + " bytes written"));
+  CAF_CHECK_EQUAL(reply_of(hdl), res);
+  CAF_CHECK_EQUAL(state_of(32), "failed");
+  // Both ranks answered: the pages are free at once.
+  CAF_CHECK_EQUAL(free_pages(), pool_pages);
+}
+
 CAF_TEST(without verify a room completes on the ranks word alone) {
   cfg.verify = false;
   spawn({answer::ok});
@@ -549,6 +570,12 @@ CAF_TEST(a failed room closed early is forgotten once its requests settle) {
   CAF_CHECK(!close(61));
   // Closed, but rank 0 has not answered: still known, pages still taken.
   CAF_CHECK_EQUAL(state_of(61), "failed");
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
+  // Its id is refused meanwhile, saying what it waits for.
+  auto again = open(61, 8);
+  auto refused = reply_of(again);
+  CAF_CHECK(is(refused.status, lserr::duplicate_room));
+  CAF_CHECK(mentions(refused.status, "wait for prefill rank(s) 0 to answer"));
   CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
   release(0, 61);
   CAF_CHECK_EQUAL(free_pages(), pool_pages);
