@@ -52,14 +52,21 @@ struct fabric_peer {
   /// The decode endpoint's address (fi_getname bytes).
   std::vector<uint8_t> address;
   std::vector<remote_region> regions;
+  /// The decode domain's MR addressing: true if a write names a region by
+  /// its virtual address (FI_MR_VIRT_ADDR), false if by the offset from its
+  /// base. The prefill side computes its remote addresses the same way (from
+  /// its own domain) and refuses a peer whose mode differs.
+  bool virt_addr = false;
   friend bool operator==(const fabric_peer& a, const fabric_peer& b) {
-    return a.provider == b.provider && a.address == b.address && a.regions == b.regions;
+    return a.provider == b.provider && a.address == b.address && a.regions == b.regions &&
+           a.virt_addr == b.virt_addr;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fabric_peer& x) {
-  return inspect_fields(f, caf::meta::type_name("fabric_peer"), x.provider, x.address, x.regions);
+  return inspect_fields(f, caf::meta::type_name("fabric_peer"), x.provider, x.address, x.regions,
+                        x.virt_addr);
 }
 
 /// scheduler -> transport: make a decode endpoint reachable. Answered with

@@ -169,10 +169,20 @@ transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<tra
   return {
       [=](connect_peer& msg) -> caf::result<peer_id> {
         auto& eng = *self->state.engine;
-        if (!msg.peer.provider.empty() && msg.peer.provider != eng.provider())
+        // Both sides must speak the same provider and name regions the same
+        // way: a virtual address read as an offset (or back) would land the
+        // bytes elsewhere, and shm checks no range.
+        if (msg.peer.provider != eng.provider())
           return make_error(lserr::bad_input, "connect_peer: peer uses provider \"" +
                                                   msg.peer.provider + "\", this transport \"" +
                                                   eng.provider() + "\"");
+        if (msg.peer.virt_addr != eng.virt_addr())
+          return make_error(lserr::bad_input,
+                            std::string{"connect_peer: peer's regions are addressed by "} +
+                                (msg.peer.virt_addr ? "virtual address" : "offset") +
+                                ", this transport's writes by " +
+                                (eng.virt_addr() ? "virtual address" : "offset") + " (provider \"" +
+                                eng.provider() + "\")");
         // A peer's address comes from the control plane: checked like any
         // other connection before the first write goes there.
         if (auto err = check_fabric_address(msg.peer.address, self->state.scope))
@@ -274,6 +284,7 @@ caf::expected<std::unique_ptr<fabric_target>> fabric_target::open(const config& 
   std::unique_ptr<fabric_target> self{new fabric_target};
   self->peer_.provider = (*ep)->provider();
   self->peer_.address = (*ep)->name();
+  self->peer_.virt_addr = (*ep)->virt_addr();
   for (const auto& span : cfg.regions) {
     auto reg = (*ep)->register_memory(span.base, span.length, FI_REMOTE_WRITE);
     if (!reg)

@@ -91,7 +91,7 @@ void append(std::vector<char>& buf, const T& tail) {
 }
 
 fabric_peer some_peer() {
-  return fabric_peer{"tcp;ofi_rxm", {1, 2, 3, 255}, {{1ull << 63, 4096, 77}, {4096, 1, 0}}};
+  return fabric_peer{"tcp;ofi_rxm", {1, 2, 3, 255}, {{1ull << 63, 4096, 77}, {4096, 1, 0}}, true};
 }
 
 } // namespace

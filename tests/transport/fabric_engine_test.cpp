@@ -809,6 +809,20 @@ TEST(FabricHmemProbe, AProviderWithoutHmemCannotRegisterDeviceMemoryAndSaysWhy) 
   EXPECT_NE(describe(why).find("offers no FI_HMEM"), std::string::npos) << describe(why);
 }
 
+TEST(FabricAddressShape, AFixedSizeFormatTakesOnlyANameOfItsOwnSize) {
+  // efa and verbs over InfiniBand are not on this machine; their formats are
+  // read at a fixed size, so a name of another size is refused before
+  // fi_av_insert would read past it (or stop short).
+  for (uint32_t format : {uint32_t{FI_ADDR_EFA}, uint32_t{FI_SOCKADDR_IB}}) {
+    for (size_t size : {size_t{1}, size_t{16}, size_t{31}, size_t{33}}) {
+      auto err = fabric::check_address_shape(format, std::vector<uint8_t>(size, 1), 32);
+      EXPECT_TRUE(is(err, lserr::bad_input)) << "format " << format << ", " << size << " bytes";
+    }
+    EXPECT_FALSE(fabric::check_address_shape(format, std::vector<uint8_t>(32, 1), 32))
+        << "format " << format;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, FabricEngine,
                          ::testing::Values("tcp;ofi_rxm", "net", "shm", "sockets"),
                          test::provider_test_name);

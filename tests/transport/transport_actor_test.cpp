@@ -207,7 +207,26 @@ TEST_P(TransportActor, APeerOnAnotherProviderIsRefused) {
   fabric_peer other = target_->peer();
   other.provider = "efa";
   auto peer = connect(other);
-  EXPECT_FALSE(peer);
+  ASSERT_FALSE(peer);
+  EXPECT_TRUE(is(peer.error(), lserr::bad_input)) << describe(peer.error());
+  // Naming no provider is no wildcard.
+  other.provider.clear();
+  peer = connect(other);
+  EXPECT_FALSE(peer) << "a peer with no provider was connected";
+}
+
+TEST_P(TransportActor, APeerWhoseRegionsAreAddressedTheOtherWayIsRefused) {
+  // A virtual address read as an offset (or back) would put the bytes
+  // elsewhere: tcp has offsets here, shm virtual addresses.
+  fabric_peer other = target_->peer();
+  other.virt_addr = !other.virt_addr;
+  auto peer = connect(other);
+  ASSERT_FALSE(peer) << "a peer addressed the other way was connected";
+  EXPECT_TRUE(is(peer.error(), lserr::bad_input)) << describe(peer.error());
+  EXPECT_NE(describe(peer.error()).find("addressed by"), std::string::npos)
+      << describe(peer.error());
+  // Its own description connects.
+  EXPECT_TRUE(connect(target_->peer()));
 }
 
 // A device-memory region makes spawn_transport open its endpoint with

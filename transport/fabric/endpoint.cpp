@@ -17,14 +17,10 @@
 
 namespace layerstream::fabric {
 
-namespace {
+namespace {} // namespace
 
-/// Whether a peer's `address` has the shape this endpoint's address format
-/// reads. fi_av_insert takes no length: it reads as many bytes as the format
-/// says, so a shorter name (from a peer's transfer_info) would be read past
-/// its end, and an IP name padded to another size would slip past the net
-/// guard's check.
-caf::error check_address_shape(uint32_t format, const std::vector<uint8_t>& address) {
+caf::error check_address_shape(uint32_t format, const std::vector<uint8_t>& address,
+                               size_t local_size) {
   auto refuse = [&](const std::string& why) {
     return make_error(lserr::bad_input, "insert_peer: a fabric address of " +
                                             std::to_string(address.size()) + " bytes " + why);
@@ -52,9 +48,16 @@ caf::error check_address_shape(uint32_t format, const std::vector<uint8_t>& addr
       return refuse("is not a terminated string (FI_ADDR_STR)");
     return caf::none;
   default:
+    // A fixed-size format (FI_ADDR_EFA, FI_SOCKADDR_IB, FI_ADDR_PSMX, ...):
+    // a peer's name has the size of this endpoint's own.
+    if (address.size() != local_size)
+      return refuse("is not an address of this provider's format " + std::to_string(format) + " (" +
+                    std::to_string(local_size) + " bytes, as this endpoint's own name)");
     return caf::none;
   }
 }
+
+namespace {
 
 // What we ask for; what comes back in info->domain_attr->mr_mode is honoured
 // (see endpoint::virt_addr, register_memory and the engine's desc handling).
@@ -291,7 +294,7 @@ caf::expected<local_registration> endpoint::register_memory(void* ptr, uint64_t 
 caf::expected<fi_addr_t> endpoint::insert_peer(const std::vector<uint8_t>& address) {
   if (address.empty())
     return make_error(lserr::bad_input, "insert_peer: empty fabric address");
-  if (auto err = check_address_shape(info_->addr_format, address))
+  if (auto err = check_address_shape(info_->addr_format, address, name_.size()))
     return err;
   fi_addr_t addr = FI_ADDR_UNSPEC;
   const int rc = fi_av_insert(av_.get(), address.data(), 1, &addr, 0, nullptr);

@@ -29,6 +29,15 @@
 
 namespace layerstream::fabric {
 
+/// Whether a peer's `address` has the shape an endpoint of address format
+/// `format` reads; `local_size` is the length of that endpoint's own name
+/// (what a fixed-size format takes). fi_av_insert takes no length: it reads
+/// as many bytes as the format says, so a shorter name (from a peer's
+/// transfer_info) would be read past its end, and an IP name padded to
+/// another size would slip past the net guard's check.
+caf::error check_address_shape(uint32_t format, const std::vector<uint8_t>& address,
+                               size_t local_size);
+
 /// The libfabric API version asked for, pinned once: Debian's libfabric is
 /// 1.17 and answers a newer request with -FI_ENOSYS.
 constexpr uint32_t api_version = FI_VERSION(1, 17);
