@@ -1,5 +1,8 @@
 #include "cli/blocks_command.hpp"
 
+#include <sys/stat.h>
+
+#include <exception>
 #include <fstream>
 #include <optional>
 #include <ostream>
@@ -24,6 +27,17 @@ const std::set<std::string> known_keys = {"src_pages",  "dst_pages",  "src_k_ptr
                                           "src_v_ptrs", "dst_v_ptrs", "item_lens",   "layer",
                                           "cp_size",    "cp_rank",    "chunk_start", "total_pages"};
 
+/// A bad value for a message: a number or a short string as it is, anything
+/// else by its type (printing a deeply nested array would recurse as deep as
+/// it is nested, and a long one would flood the line).
+std::string shown(const json& v) {
+  if (v.is_number() || v.is_boolean() || v.is_null())
+    return v.dump();
+  if (v.is_string() && v.get_ref<const std::string&>().size() <= 40)
+    return v.dump();
+  return std::string{"a"} + (v.is_array() || v.is_object() ? "n " : " ") + v.type_name();
+}
+
 uint64_t get_u64(const json& obj, const char* key, std::optional<uint64_t> fallback = {}) {
   auto i = obj.find(key);
   if (i == obj.end()) {
@@ -32,7 +46,7 @@ uint64_t get_u64(const json& obj, const char* key, std::optional<uint64_t> fallb
     throw input_error{std::string{key} + ": missing"};
   }
   if (!i->is_number_unsigned())
-    throw input_error{std::string{key} + ": expected an unsigned 64-bit integer, got " + i->dump()};
+    throw input_error{std::string{key} + ": expected an unsigned 64-bit integer, got " + shown(*i)};
   return i->get<uint64_t>();
 }
 
@@ -48,7 +62,7 @@ std::vector<uint64_t> get_u64_list(const json& obj, const char* key) {
     const auto& v = (*i)[k];
     if (!v.is_number_unsigned())
       throw input_error{std::string{key} + "[" + std::to_string(k) +
-                        "]: expected an unsigned 64-bit integer, got " + v.dump()};
+                        "]: expected an unsigned 64-bit integer, got " + shown(v)};
     out.push_back(v.get<uint64_t>());
   }
   return out;
@@ -96,6 +110,13 @@ json blocks_of(const json& in, std::ostream& err, const std::string& where) {
 } // namespace
 
 int run_blocks(const std::string& input_path, std::ostream& out, std::ostream& err) {
+  // A directory opens as a stream and throws on the first read; a FIFO
+  // would block until a writer comes.
+  struct stat st {};
+  if (::stat(input_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    err << "layerstream blocks: " << input_path << ": not a regular file\n";
+    return 2;
+  }
   std::ifstream file{input_path};
   if (!file) {
     err << "layerstream blocks: " << input_path << ": cannot open file\n";
@@ -106,6 +127,9 @@ int run_blocks(const std::string& input_path, std::ostream& out, std::ostream& e
     in = json::parse(file);
   } catch (const json::exception& e) {
     err << "layerstream blocks: " << input_path << ": not valid JSON: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "layerstream blocks: " << input_path << ": cannot read: " << e.what() << "\n";
     return 2;
   }
   try {

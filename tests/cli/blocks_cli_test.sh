@@ -36,6 +36,15 @@ check_refused "chunk past total" "${good/\"cp_rank\":0/\"cp_rank\":0,\"chunk_sta
 check_refused "address overflow" "${good/\[50000\]/[18446744073709551600]}" "overflow"
 check_refused "array index named" "[$good,${good/\"layer\":0/\"layer\":7}]" "\[1\]: layer"
 check_refused "not JSON" "{" "not valid JSON"
+deep=$(printf '[%.0s' $(seq 100000))1$(printf ']%.0s' $(seq 100000))
+check_refused "deeply nested value" "${good/\"layer\":0/\"layer\":$deep}" "layer: expected an unsigned 64-bit integer, got an array"
+check_refused "deeply nested page" "${good/\[1,2,3,9\]/[$deep]}" "src_pages\[0\]: expected an unsigned 64-bit integer, got an array"
+"$bin" blocks --input "$tmp" >/dev/null 2>"$tmp/err"; rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "not a regular file" "$tmp/err"; then
+  echo "FAIL directory as input: exit $rc, stderr: $(cat "$tmp/err")"; fails=$((fails + 1))
+else
+  echo "ok   directory as input: $(cat "$tmp/err")"
+fi
 rm -f "$tmp/in.json"
 "$bin" blocks --input "$tmp/in.json" >/dev/null 2>"$tmp/err"; rc=$?
 [ "$rc" -eq 2 ] || { echo "FAIL missing file exit $rc"; fails=$((fails + 1)); }
