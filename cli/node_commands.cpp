@@ -38,6 +38,13 @@ namespace {
 /// The config for `role`: loaded and validated, or printed and nullopt.
 std::optional<deployment_config> load(const std::string& path, config_role role,
                                       const std::function<void(deployment_config&)>& tweak = {}) {
+  // A node of a cluster runs from its own file; only the demo and the
+  // benches fall back to the embedded one.
+  if (path.empty() && (role == config_role::prefill || role == config_role::decode)) {
+    std::cerr << "layerstream: --config: an empty path; a prefill or decode node needs its "
+                 "config file\n";
+    return std::nullopt;
+  }
   auto res = path.empty() ? load_config_string(embedded_demo_config(), "<embedded demo config>")
                           : load_config_file(path);
   if (auto* err = std::get_if<config_error>(&res)) {

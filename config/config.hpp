@@ -53,7 +53,8 @@ struct transfer_config {
 
 /// [fabric]: the data plane.
 struct fabric_section {
-  /// "tcp;ofi_rxm", "net", "shm", "sockets", "verbs;ofi_rxm", "efa"; "" = fastest offered.
+  /// "tcp;ofi_rxm", "net", "shm", "sockets", "verbs;ofi_rxm", "efa", "udp;ofi_rxd";
+  /// "" = the fastest offered.
   std::string provider;
   /// Address the fabric endpoint binds to (IP providers).
   std::string bind_address = "127.0.0.1";

@@ -1,6 +1,7 @@
 #include "config/loader.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -89,6 +90,8 @@ constexpr const char* devices[] = {"cpu", "gpu"};
 constexpr const char* kv_exports[] = {"auto", "staging", "hmem"};
 constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr uint32_t max_cp_size = 64;
+// Pages of one pool: 2^26 (the allocator keeps 8 bytes per free page).
+constexpr uint64_t max_pool_pages = uint64_t{1} << 26;
 constexpr size_t min_token_chars = 16;
 
 /// Thrown inside this file only; every public function returns it as a value.
@@ -659,6 +662,12 @@ void check_general(const deployment_config& c, const std::string& file) {
     uint64_t bytes = 0;
     if (pages == 0)
       refuse(file, key, "must be at least 1, got 0");
+    // The page allocator lists every free page (8 bytes each): past this a
+    // pool's bookkeeping alone would take GiBs before anything is checked.
+    if (pages > max_pool_pages)
+      refuse(file, key,
+             "must be at most " + std::to_string(max_pool_pages) + " (2^26) pages, got " +
+                 std::to_string(pages));
     if (__builtin_mul_overflow(pages, per_page, &bytes))
       refuse(file, key,
              std::to_string(pages) + " pages of " + std::to_string(per_page) +
@@ -671,13 +680,20 @@ void check_general(const deployment_config& c, const std::string& file) {
       refuse(file, "decode.prefill[" + std::to_string(i) + "]",
              "expected \"host:port\", got " + quoted(c.decode.prefill[i]) + ": " + *why);
   // One entry per CP rank: a repeated endpoint would connect to one rank twice
-  // and leave another rank's slice of every room unwritten.
-  for (size_t i = 0; i < c.decode.prefill.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (c.decode.prefill[i] == c.decode.prefill[j])
-        refuse(file, "decode.prefill[" + std::to_string(i) + "]",
-               "duplicate of decode.prefill[" + std::to_string(j) + "] (" +
-                   quoted(c.decode.prefill[i]) + "): each prefill rank is listed once");
+  // and leave another rank's slice of every room unwritten. Compared as
+  // host (case-blind) and port number, so "h:07001" repeats "H:7001".
+  std::map<std::pair<std::string, uint16_t>, size_t> seen_endpoints;
+  for (size_t i = 0; i < c.decode.prefill.size(); ++i) {
+    auto parts = std::get<endpoint_parts>(split_endpoint(c.decode.prefill[i]));
+    std::transform(parts.host.begin(), parts.host.end(), parts.host.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    auto [at, fresh] = seen_endpoints.emplace(std::make_pair(parts.host, parts.port), i);
+    if (!fresh)
+      refuse(file, "decode.prefill[" + std::to_string(i) + "]",
+             "duplicate of decode.prefill[" + std::to_string(at->second) + "] (" +
+                 quoted(c.decode.prefill[at->second]) + " and " + quoted(c.decode.prefill[i]) +
+                 "): each prefill rank is listed once");
+  }
 
   const auto& w = c.workload;
   if (w.rooms == 0)
@@ -709,14 +725,14 @@ void check_prefill_pool(const deployment_config& c, const std::string& file) {
   uint64_t pages = ceil_div(c.workload.max_tokens, c.model.page_size);
   uint64_t slice = ceil_div(pages, c.cluster.cp_size); // the first ranks get one extra page
   uint64_t need = 0;
-  if (__builtin_mul_overflow(slice, uint64_t{c.transfer.max_batch}, &need) ||
-      c.prefill.pool_pages < need)
+  const bool past_2_64 = __builtin_mul_overflow(slice, uint64_t{c.transfer.max_batch}, &need);
+  if (past_2_64 || c.prefill.pool_pages < need)
     refuse(file, "prefill.pool_pages",
            std::to_string(c.prefill.pool_pages) +
                " pages cannot hold transfer.max_batch = " + std::to_string(c.transfer.max_batch) +
                " requests of workload.max_tokens = " + std::to_string(c.workload.max_tokens) +
                " tokens (" + std::to_string(slice) + " pages each on this rank): need at least " +
-               (need < slice ? std::string{"more than 2^64"} : std::to_string(need)));
+               (past_2_64 ? std::string{"more than 2^64"} : std::to_string(need)));
 }
 
 /// The decode pool must hold at least one whole largest request.

@@ -541,7 +541,20 @@ TEST(ConfigLoader, ZeroPoolPagesIsRefused) {
 }
 
 TEST(ConfigLoader, APoolWhoseBytesPass2To64IsRefused) {
-  expect_refused("[decode]\npool_pages = 9223372036854775807\n", "decode.pool_pages", "pass 2^64");
+  // 2^41 bytes a page over all layers, 2^26 pages.
+  expect_refused("[model]\nlayers = 65536\nhead_dim = 65536\n[decode]\npool_pages = 67108864\n",
+                 "decode.pool_pages", "pass 2^64");
+}
+
+TEST(ConfigLoader, APoolOfMoreThan2To26PagesIsRefusedBeforeAnythingIsAllocated) {
+  // 1-byte pages: 4 GiB of pool would pass, but the page lists would take 32 GiB.
+  const std::string tiny = "[model]\nlayers = 1\nkv_heads = 1\nhead_dim = 1\ndtype_bytes = 1\n"
+                           "page_size = 1\nmla = true\n";
+  expect_refused(tiny + "[decode]\npool_pages = 4294967296\n", "decode.pool_pages",
+                 "must be at most 67108864 (2^26) pages, got 4294967296");
+  expect_refused(tiny + "[prefill]\npool_pages = 67108865\n", "prefill.pool_pages",
+                 "must be at most 67108864");
+  EXPECT_EQ(parse_ok(tiny + "[decode]\npool_pages = 67108864\n").decode.pool_pages, 67108864u);
 }
 
 TEST(ConfigLoader, AnUnknownProviderIsRefusedListingTheValidOnes) {
@@ -629,7 +642,11 @@ TEST(ConfigLoader, AnUnbracketedIpv6EndpointIsRefused) {
 
 TEST(ConfigLoader, APrefillEndpointListedTwiceIsRefused) {
   expect_refused("[decode]\nprefill = [\"127.0.0.1:7001\", \"127.0.0.1:7001\"]\n",
-                 "decode.prefill[1]", "duplicate of decode.prefill[0] (\"127.0.0.1:7001\")");
+                 "decode.prefill[1]", "duplicate of decode.prefill[0] (\"127.0.0.1:7001\"");
+  // The same host and port however written.
+  expect_refused("[decode]\nprefill = [\"Node-A:7001\", \"b:7001\", \"node-a:07001\"]\n",
+                 "decode.prefill[2]",
+                 "duplicate of decode.prefill[0] (\"Node-A:7001\" and \"node-a:07001\")");
   auto res = load_config_string("[decode]\nprefill = [\n  \"a:1\",\n  \"b:2\",\n  \"a:1\",\n]\n",
                                 "bad.toml");
   ASSERT_TRUE(std::holds_alternative<config_error>(res));
@@ -747,6 +764,14 @@ TEST(ConfigRoles, APrefillPoolTooSmallForAFullBatchIsRefused) {
   EXPECT_FALSE(validate_for(cfg, config_role::decode).has_value());
   cfg.prefill.pool_pages = 252;
   EXPECT_FALSE(validate_for(cfg, config_role::prefill).has_value());
+}
+
+TEST(ConfigRoles, ABatchWhosePagesPass2To64SaysSoAndNotAWrappedCount) {
+  auto cfg = valid_config();
+  cfg.model.page_size = 1;
+  cfg.workload.max_tokens = (uint64_t{1} << 62) + 1; // x 5 wraps to 2^62 + 5
+  cfg.transfer.max_batch = 5;
+  expect_invalid(cfg, config_role::prefill, "prefill.pool_pages", "need at least more than 2^64");
 }
 
 TEST(ConfigRoles, APrefillPoolOnlyHoldsItsOwnCpSlice) {
