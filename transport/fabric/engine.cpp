@@ -127,6 +127,9 @@ struct engine::job {
   clock_type::time_point submitted;
   clock_type::time_point deadline;
   bool fully_posted() const { return next == writes.size(); }
+  /// Nothing of it is in flight and nothing more will be posted (it is
+  /// delivered, or failed with no write out): finish_jobs reports it.
+  bool settled() const { return in_flight == 0 && (status || fully_posted()); }
 };
 
 // One write in flight. `ctx` comes first: the CQ hands back &ctx, which is
@@ -313,6 +316,10 @@ void engine::run() {
       std::lock_guard<std::mutex> fab{fabric_mutex_};
       completed = read_cq();
     }
+    for (auto& report : reports_under_lock_)
+      if (on_done_)
+        on_done_(std::move(report));
+    reports_under_lock_.clear();
     // Deadlines before posting: a job whose deadline passed while it waited
     // for a write slot fails as never posted, its peer not blamed, instead
     // of getting writes posted now and failing with them in flight.
@@ -432,8 +439,7 @@ int engine::read_cq() {
                                                            " failed (" + provider_ + "): " + text),
                    true);
           j->reported = true;
-          if (on_done_)
-            on_done_(job_result{j->id, j->status, j->bytes_done});
+          reports_under_lock_.push_back(job_result{j->id, j->status, j->bytes_done});
         }
       continue;
     }
@@ -574,9 +580,10 @@ void engine::check_deadlines(clock_type::time_point now) {
     job& j = *jp;
     if (j.reported || now < j.deadline)
       continue;
-    // Its last completion came in this round's CQ read: it is delivered, and
-    // finish_jobs reports it so; the deadline passing since is no failure.
-    if (!j.status && j.fully_posted() && j.in_flight == 0)
+    // Its last completion (or its failure) came in this round's CQ read:
+    // finish_jobs reports it as it is; the deadline passing since is no
+    // failure, and must not blame its peer for an EAGAIN seen earlier.
+    if (j.settled())
       continue;
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - j.submitted).count();
@@ -610,7 +617,7 @@ void engine::check_deadlines(clock_type::time_point now) {
 void engine::finish_jobs() {
   for (auto& jp : active_) {
     job& j = *jp;
-    if (j.reported || j.in_flight > 0 || (!j.status && !j.fully_posted()))
+    if (j.reported || !j.settled())
       continue;
     j.reported = true;
     if (on_done_)

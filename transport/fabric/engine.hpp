@@ -201,6 +201,9 @@ class engine {
   uint32_t idle_rounds_ = 0;
   uint64_t eagain_since_log_ = 0;
   std::chrono::steady_clock::time_point last_eagain_log_{};
+  // Reports read_cq made under the fabric lock, delivered by run() once it
+  // is released: on_done_ never runs under fabric_mutex_.
+  std::vector<job_result> reports_under_lock_;
 
   engine_stats stats_;
   std::mutex stop_mutex_;
