@@ -92,6 +92,8 @@ constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error",
 constexpr uint32_t max_cp_size = 64;
 // Pages of one pool: 2^26 (the allocator keeps 8 bytes per free page).
 constexpr uint64_t max_pool_pages = uint64_t{1} << 26;
+// Rooms of one run (the driver sends all their open_room at once).
+constexpr uint32_t max_workload_rooms = uint32_t{1} << 20;
 constexpr size_t min_token_chars = 16;
 
 /// Thrown inside this file only; every public function returns it as a value.
@@ -698,6 +700,11 @@ void check_general(const deployment_config& c, const std::string& file) {
   const auto& w = c.workload;
   if (w.rooms == 0)
     refuse(file, "workload.rooms", "must be at least 1, got 0");
+  // The driver opens every room of a run at once.
+  if (w.rooms > max_workload_rooms)
+    refuse(file, "workload.rooms",
+           "must be at most " + std::to_string(max_workload_rooms) + " (2^20), got " +
+               std::to_string(w.rooms));
   if (w.min_tokens == 0)
     refuse(file, "workload.min_tokens", "must be at least 1, got 0");
   if (w.min_tokens > w.max_tokens)

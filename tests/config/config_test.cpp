@@ -546,6 +546,11 @@ TEST(ConfigLoader, APoolWhoseBytesPass2To64IsRefused) {
                  "decode.pool_pages", "pass 2^64");
 }
 
+TEST(ConfigLoader, AWorkloadOfMoreThan2To20RoomsIsRefused) {
+  expect_refused("[workload]\nrooms = 1048577\n", "workload.rooms",
+                 "must be at most 1048576 (2^20), got 1048577");
+}
+
 TEST(ConfigLoader, APoolOfMoreThan2To26PagesIsRefusedBeforeAnythingIsAllocated) {
   // 1-byte pages: 4 GiB of pool would pass, but the page lists would take 32 GiB.
   const std::string tiny = "[model]\nlayers = 1\nkv_heads = 1\nhead_dim = 1\ndtype_bytes = 1\n"
