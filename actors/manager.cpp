@@ -35,11 +35,14 @@ void deactivate(self_ptr self, room_id room) {
 
 void remember(self_ptr self, const finish_result& res) {
   auto& st = self->state;
-  if (st.finished.emplace(res.room, res).second)
-    st.finished_order.push_back(res.room);
+  const auto seq = st.next_finished_seq++;
+  if (st.finished.try_emplace(res.room, manager_state::remembered{res, seq}).second)
+    st.finished_order.emplace_back(res.room, seq);
   while (st.finished_order.size() > st.cfg.finished_memory) {
-    st.finished.erase(st.finished_order.front());
+    auto [room, oldest] = st.finished_order.front();
     st.finished_order.pop_front();
+    if (auto i = st.finished.find(room); i != st.finished.end() && i->second.seq == oldest)
+      st.finished.erase(i);
   }
 }
 
@@ -99,7 +102,7 @@ manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manage
       [self](const finish& msg) -> caf::result<finish_result> {
         auto& st = self->state;
         if (auto i = st.finished.find(msg.room); i != st.finished.end())
-          return i->second;
+          return i->second.result;
         auto rp = self->make_response_promise<finish_result>();
         if (auto i = st.finishing.find(msg.room); i != st.finishing.end()) {
           i->second.push_back(rp); // A finish is already on its way to the context.

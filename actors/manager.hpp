@@ -60,9 +60,17 @@ struct manager_state {
   std::unordered_map<room_id, context_actor> context_of;
   /// finish requests waiting for their context's answer.
   std::unordered_map<room_id, std::vector<caf::typed_response_promise<finish_result>>> finishing;
-  /// Answers of recently finished rooms, oldest first.
-  std::unordered_map<room_id, finish_result> finished;
-  std::deque<room_id> finished_order;
+  /// Answers of recently finished rooms, and the order they came in, oldest
+  /// first. A room id reused by a new request leaves a stale entry in the
+  /// order; the sequence number tells it from the entry of the answer kept
+  /// now, so trimming the stale one does not drop the current answer.
+  struct remembered {
+    finish_result result;
+    uint64_t seq = 0;
+  };
+  std::unordered_map<room_id, remembered> finished;
+  std::deque<std::pair<room_id, uint64_t>> finished_order;
+  uint64_t next_finished_seq = 0;
 };
 
 manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manager_state> self,

@@ -121,6 +121,28 @@ CAF_TEST(finish removes the context and a repeated finish gets the same answer) 
   CAF_CHECK_EQUAL(finish_room(11), want);
 }
 
+CAF_TEST(a reused room id keeps its latest answer as long as any other room) {
+  manager_config small;
+  small.finished_memory = 2;
+  mgr = sys.spawn(manager_impl, transport, small);
+  run();
+  auto finish_one = [&](const request_transfer& req) {
+    setup_batch({req});
+    auto ev = std::static_pointer_cast<host_event>(events.record(0));
+    self->send(mgr, layer_end{0, ev});
+    ev->signal();
+    run();
+    return finish_room(req.room);
+  };
+  // Room 7 twice (a chunked room: each chunk is a setup of its own), then 8.
+  auto first = finish_one(make_request(7, 4, 1));
+  auto second = finish_one(make_request(7, 2, 1));
+  CAF_CHECK_NOT_EQUAL(first.bytes, second.bytes);
+  finish_one(make_request(8, 4, 1));
+  // Room 7's second answer is one of the two newest: a repeated finish gets it.
+  CAF_CHECK_EQUAL(finish_room(7), second);
+}
+
 CAF_TEST(two finish calls in flight get one answer each) {
   script->hold = true;
   auto req = make_request(12, 2, 1);
