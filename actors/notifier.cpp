@@ -163,6 +163,11 @@ class layer_notifier::drain {
     auto last_activity = std::chrono::steady_clock::now();
     for (;;) {
       if (send_all()) {
+        // Awake and working: a push that came after a recheck found the ring
+        // empty is drained here, so say so (or every push meanwhile would
+        // take the mutex to wake a thread that is not asleep).
+        if (sleeping_.load(std::memory_order_relaxed))
+          sleeping_.store(false, std::memory_order_relaxed);
         last_activity = std::chrono::steady_clock::now();
         continue;
       }
