@@ -236,7 +236,7 @@ caf::error bench_provider(caf::actor_system& sys, const std::string& provider,
 int run_transport_bench(const transport_bench_options& opts) {
   if (opts.sizes.empty() || opts.window == 0 || opts.repetitions < 1 || opts.submits_per_rep == 0) {
     std::fprintf(stderr, "bench transport: sizes, window, repetitions and submits must be > 0\n");
-    return 1;
+    return 2; // a usage error, as every command's
   }
   caf::actor_system_config cfg;
   add_message_types(cfg);

@@ -26,6 +26,7 @@ check_refused "64-bit flag past 2^64" "expected an unsigned integer below 2^64" 
 check_refused "negative bench value" "expected an unsigned integer below 2^64" \
   bench tail --tokens 256 -5
 check_refused "soak of no rooms" "--rooms" bench soak --rooms 0
+check_refused "transport bench of no repetitions" "must be > 0" bench transport --repetitions 0
 check_refused "prefill with an empty config path" "an empty path" prefill --config ""
 check_refused "decode with an empty config path" "an empty path" decode --config ""
 
