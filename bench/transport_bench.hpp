@@ -33,7 +33,7 @@ struct transport_bench_options {
 };
 
 /// Runs the benchmark, prints a table; 0 on success, 1 on a failed write or
-/// verification, 2 when no provider could be measured.
+/// verification, 2 on a bad option or when no provider could be measured.
 int run_transport_bench(const transport_bench_options& opts);
 
 } // namespace layerstream

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <optional>
@@ -110,11 +112,15 @@ json blocks_of(const json& in, std::ostream& err, const std::string& where) {
 } // namespace
 
 int run_blocks(const std::string& input_path, std::ostream& out, std::ostream& err) {
-  // A directory opens as a stream and throws on the first read; a FIFO
-  // would block until a writer comes.
+  // A directory opens as a stream and throws on the first read. A pipe
+  // (`--input <(...)`, /dev/stdin) is taken.
   struct stat st {};
-  if (::stat(input_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    err << "layerstream blocks: " << input_path << ": not a regular file\n";
+  if (::stat(input_path.c_str(), &st) != 0) {
+    err << "layerstream blocks: " << input_path << ": " << std::strerror(errno) << "\n";
+    return 2;
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+    err << "layerstream blocks: " << input_path << ": not a regular file or a pipe\n";
     return 2;
   }
   std::ifstream file{input_path};

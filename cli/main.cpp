@@ -15,18 +15,20 @@
 namespace {
 
 /// Every unsigned option's check: CLI11 2.1 reads "-16" into a uint64_t as
-/// 2^64 - 16 and clamps 2^65 to 2^64 - 1, silently; a value must be decimal
-/// digits that fit in 64 bits (narrower types are range-checked by CLI11).
-const CLI::Validator unsigned_value{[](std::string& text) -> std::string {
-                                      uint64_t value = 0;
-                                      const char* end = text.data() + text.size();
-                                      auto [stop, ec] = std::from_chars(text.data(), end, value);
-                                      if (text.empty() || ec != std::errc{} || stop != end)
-                                        return "expected an unsigned integer below 2^64, got \"" +
-                                               text + "\"";
-                                      return {};
-                                    },
-                                    "UINT"};
+/// 2^64 - 16, clamps 2^65 to 2^64 - 1 and reads "010" as octal, silently; a
+/// value must be decimal digits that fit in 64 bits, and goes on to CLI11 as
+/// the number read here (narrower types are range-checked by CLI11 too).
+std::string check_unsigned(std::string& text) {
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc{} || stop != end)
+    return "expected an unsigned integer below 2^64, got \"" + text + "\"";
+  text = std::to_string(value);
+  return {};
+}
+
+const CLI::Validator unsigned_value{check_unsigned, "UINT"};
 
 /// CLI11 option that fills a std::optional<T>.
 template <class T>
@@ -35,7 +37,7 @@ CLI::Option* add_optional(CLI::App* app, const std::string& name, std::optional<
   auto* opt = app->add_option_function<T>(
       name, [&out](const T& v) { out = v; }, help);
   if constexpr (std::is_unsigned_v<T>)
-    opt->check(unsigned_value);
+    opt->transform(unsigned_value);
   return opt;
 }
 
@@ -112,22 +114,22 @@ int main(int argc, char** argv) {
               "side by side (interleaved repetitions, medians); forward slowdown; notifier and "
               "actor handling cost");
   bench_tail->add_option("--layers", tail_opts.layers, "model layers (default: 32 61 80)")
-      ->check(unsigned_value);
+      ->transform(unsigned_value);
   bench_tail->add_option("--rooms", tail_opts.rooms, "concurrent rooms (default: 1 16 256)")
-      ->check(unsigned_value);
+      ->transform(unsigned_value);
   bench_tail->add_option("--cp", tail_opts.cp, "CP sizes; CP > 1 runs with one room (default: 1 2)")
-      ->check(unsigned_value);
+      ->transform(unsigned_value);
   bench_tail
       ->add_option("--tokens", tail_opts.tokens,
                    "prompt tokens per room, which set the KV bytes per layer; each value "
                    "runs every config (default: 256 for one room, 16 for many)")
-      ->check(unsigned_value);
+      ->transform(unsigned_value);
   bench_tail->add_option("--repetitions", tail_opts.repetitions, "interleaved repetitions")
-      ->check(unsigned_value);
+      ->transform(unsigned_value);
   bench_tail
       ->add_option("--layer-compute-us", tail_opts.layer_compute_us,
                    "simulated compute per layer, us")
-      ->check(unsigned_value);
+      ->transform(unsigned_value);
   bench_tail->add_option("--provider", tail_opts.provider, "libfabric provider");
   bench_tail->add_option("--write-iov", tail_opts.write_iov,
                          "blocks of a room per write (fabric.write_iov; 0: the provider's limit)");
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
   bench_soak->add_option("--config", soak_opts.config_path, "TOML config (default: embedded demo)");
   bench_soak
       ->add_option("--rooms", soak_opts.rooms, "rooms in all (run in rounds of workload.rooms)")
-      ->check(unsigned_value)
+      ->transform(unsigned_value)
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
   bench_soak->add_option("--fault-rate", soak_opts.fault_rate,
                          "probability that a write completion becomes a CQ error");

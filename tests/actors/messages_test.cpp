@@ -171,7 +171,8 @@ CAF_TEST(a 5 - byte hostile length is refused with an error instead of allocatin
   CAF_CHECK_LESS(largest, size_t{1} << 16);
   // A sequence of 64-bit values claiming more elements than bytes are left.
   bytes = encode(transfer_info{42, 7, {}, {}, {}, {}, {}, 1, {}});
-  bytes.resize(8 + 8 + 1 + 1 + 1); // ... empty address, empty regions; then dst_pages
+  // ... empty address, empty regions, the virt_addr flag; then dst_pages
+  bytes.resize(8 + 8 + 1 + 1 + 1 + 1);
   append(bytes, hostile_length);
   err = decode<transfer_info>(bytes, largest);
   CAF_CHECK(is(err, lserr::bad_input));

@@ -26,6 +26,14 @@ check_refused "64-bit flag past 2^64" "expected an unsigned integer below 2^64" 
 check_refused "negative bench value" "expected an unsigned integer below 2^64" \
   bench tail --tokens 256 -5
 check_refused "soak of no rooms" "--rooms" bench soak --rooms 0
+# Decimal as written, not octal: 064 is 64 tokens, a multiple of the page
+# size (16), where octal 064 (52) is not.
+timeout 120 "$bin" demo --rooms 2 --chunk-tokens 064 --log-level warn >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ "$rc" -ne 0 ]; then
+  echo "FAIL a leading zero is decimal: exit $rc, stderr: $(head -c 400 "$tmp/err")"; fails=$((fails + 1))
+else
+  echo "ok   a leading zero is decimal: --chunk-tokens 064 ran"
+fi
 check_refused "transport bench of no repetitions" "must be > 0" bench transport --repetitions 0
 check_refused "prefill with an empty config path" "an empty path" prefill --config ""
 check_refused "decode with an empty config path" "an empty path" decode --config ""

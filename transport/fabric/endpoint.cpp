@@ -17,8 +17,6 @@
 
 namespace layerstream::fabric {
 
-namespace {} // namespace
-
 caf::error check_address_shape(uint32_t format, const std::vector<uint8_t>& address,
                                size_t local_size) {
   auto refuse = [&](const std::string& why) {
