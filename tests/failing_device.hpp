@@ -18,23 +18,34 @@
 
 namespace layerstream::testing {
 
-/// A cpu_device whose forward reports a device error for the batches in
-/// `fail` (the rank's batch ids are 1, 2, ... in the order they run) after
-/// notifying only the first `notified` layers of them, as a GPU forward does
-/// when a kernel launch fails mid-batch. Its KV writes still happen: a room
-/// of a failed batch must fail although its bytes would check out.
-class failing_device final : public prefill_device {
+/// A cpu_device with a forward of its own: everything but the name and the
+/// forward is the inner device's.
+class wrapped_cpu_device : public prefill_device {
  public:
-  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified)
-      : inner_(std::move(inner)), fail_(std::move(fail)), notified_(notified) {}
+  explicit wrapped_cpu_device(std::unique_ptr<cpu_device> inner) : inner_(std::move(inner)) {}
 
-  std::string name() const override { return "cpu (failing)"; }
   const kv_layout& layout() const override { return inner_->layout(); }
   std::vector<uint64_t> src_k_ptrs() const override { return inner_->src_k_ptrs(); }
   std::vector<uint64_t> src_v_ptrs() const override { return inner_->src_v_ptrs(); }
   memory_span src() const override { return inner_->src(); }
   event_source& events() override { return inner_->events(); }
   stream_handle notify_stream() const override { return inner_->notify_stream(); }
+
+ protected:
+  std::unique_ptr<cpu_device> inner_;
+};
+
+/// A cpu_device whose forward reports a device error for the batches in
+/// `fail` (the rank's batch ids are 1, 2, ... in the order they run) after
+/// notifying only the first `notified` layers of them, as a GPU forward does
+/// when a kernel launch fails mid-batch. Its KV writes still happen: a room
+/// of a failed batch must fail although its bytes would check out.
+class failing_device final : public wrapped_cpu_device {
+ public:
+  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified)
+      : wrapped_cpu_device(std::move(inner)), fail_(std::move(fail)), notified_(notified) {}
+
+  std::string name() const override { return "cpu (failing)"; }
 
   caf::expected<std::unique_ptr<forward_runner>>
   make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
@@ -60,7 +71,6 @@ class failing_device final : public prefill_device {
   }
 
  private:
-  std::unique_ptr<cpu_device> inner_;
   std::vector<uint64_t> fail_;
   uint32_t notified_;
 };
@@ -90,20 +100,14 @@ class forward_gate {
 /// ids are 1, 2, ... in the order they run) before it notifies layer
 /// `stall_layer`, until `gate` opens: a device that does not come back, as
 /// a kernel that never ends holds a GPU forward in cudaStreamSynchronize.
-class stalling_device final : public prefill_device {
+class stalling_device final : public wrapped_cpu_device {
  public:
   stalling_device(std::unique_ptr<cpu_device> inner, uint64_t stall_batch, uint32_t stall_layer,
                   std::shared_ptr<forward_gate> gate)
-      : inner_(std::move(inner)), stall_batch_(stall_batch), stall_layer_(stall_layer),
+      : wrapped_cpu_device(std::move(inner)), stall_batch_(stall_batch), stall_layer_(stall_layer),
         gate_(std::move(gate)) {}
 
   std::string name() const override { return "cpu (stalling)"; }
-  const kv_layout& layout() const override { return inner_->layout(); }
-  std::vector<uint64_t> src_k_ptrs() const override { return inner_->src_k_ptrs(); }
-  std::vector<uint64_t> src_v_ptrs() const override { return inner_->src_v_ptrs(); }
-  memory_span src() const override { return inner_->src(); }
-  event_source& events() override { return inner_->events(); }
-  stream_handle notify_stream() const override { return inner_->notify_stream(); }
 
   caf::expected<std::unique_ptr<forward_runner>>
   make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
@@ -123,7 +127,6 @@ class stalling_device final : public prefill_device {
   }
 
  private:
-  std::unique_ptr<cpu_device> inner_;
   uint64_t stall_batch_;
   uint32_t stall_layer_;
   std::shared_ptr<forward_gate> gate_;

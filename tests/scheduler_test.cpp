@@ -153,25 +153,32 @@ class SchedulerWithStandIns : public ::testing::Test {
     return ask_again(5);
   }
 
-  /// Spawns the scheduler over `device` (default: a cpu_device); false (and a
-  /// test failure) if there is no device.
-  bool start(bool per_layer, std::unique_ptr<prefill_device> device = nullptr) {
+  /// The model of every test: 2 layers, 4-token pages of 16 bytes a buffer.
+  static model_config tiny_model() {
     model_config model;
     model.layers = 2;
     model.kv_heads = 1;
     model.head_dim = 4;
     model.page_size = 4;
     model.layer_compute = 1ms;
-    if (!device) {
-      auto cpu = cpu_device::create(model, 16);
-      EXPECT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
-      if (!cpu)
-        return false;
-      device = std::move(*cpu);
-    }
+    return model;
+  }
+
+  /// A cpu_device of tiny_model with 16 pages, or null (and a test failure).
+  static std::unique_ptr<cpu_device> tiny_cpu() {
+    auto cpu = cpu_device::create(tiny_model(), 16);
+    EXPECT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
+    return cpu ? std::move(*cpu) : nullptr;
+  }
+
+  /// Spawns the scheduler over `device` (default: a cpu_device); false (and a
+  /// test failure) if there is no device.
+  bool start(bool per_layer, std::unique_ptr<prefill_device> device = nullptr) {
+    if (!device && !(device = tiny_cpu()))
+      return false;
     device_ = std::move(device);
     scheduler_config cfg;
-    cfg.model = model;
+    cfg.model = tiny_model();
     cfg.transfer.per_layer = per_layer;
     cfg.timeouts.room = 1s;   // setup wait 1 s, finish wait 3 s
     cfg.timeouts.submit = 1s; // bulk submit wait 2 s
@@ -335,17 +342,12 @@ TEST_F(SchedulerWithStandIns, ASetupTheManagerNeverAnswersSaysWritesInFlightAndF
 
 TEST_F(SchedulerWithStandIns,
        AFailedForwardWithAnUnansweredFinishSaysWritesInFlightAfterItsReason) {
-  model_config model;
-  model.layers = 2;
-  model.kv_heads = 1;
-  model.head_dim = 4;
-  model.page_size = 4;
-  auto cpu = cpu_device::create(model, 16);
-  ASSERT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
+  auto cpu = tiny_cpu();
+  ASSERT_TRUE(cpu);
   // Batch 1 fails after notifying its first layer: that layer's writes may
   // be out, and the finish that would tell goes unanswered.
   auto ready = ask(true, std::make_unique<layerstream::testing::failing_device>(
-                             std::move(*cpu), std::vector<uint64_t>{1}, 1));
+                             std::move(cpu), std::vector<uint64_t>{1}, 1));
   EXPECT_TRUE(is(ready.status, lserr::writes_in_flight)) << describe(ready.status);
   EXPECT_TRUE(mentions(ready.status, "kv_fill launch failed (test)")) << describe(ready.status);
 }
@@ -353,13 +355,8 @@ TEST_F(SchedulerWithStandIns,
 TEST_F(SchedulerWithStandIns,
        AForwardPastItsDeadlineFailsItsRoomsAndTheRankRefusesRequestsUntilItEnds) {
   script_->answer_finish = true;
-  model_config model;
-  model.layers = 2;
-  model.kv_heads = 1;
-  model.head_dim = 4;
-  model.page_size = 4;
-  auto cpu = cpu_device::create(model, 16);
-  ASSERT_TRUE(static_cast<bool>(cpu)) << describe(cpu.error());
+  auto cpu = tiny_cpu();
+  ASSERT_TRUE(cpu);
   // Batch 1 (room 5, 2 pages) hangs before its last layer; its deadline is
   // timeouts.room (1 s). Room 6 (1 page) waits in the queue behind it.
   auto gate = std::make_shared<layerstream::testing::forward_gate>();
@@ -368,7 +365,7 @@ TEST_F(SchedulerWithStandIns,
     ~open_at_exit() { gate->open(); }
   } opener{gate};
   ASSERT_TRUE(start(
-      true, std::make_unique<layerstream::testing::stalling_device>(std::move(*cpu), 1, 1, gate)));
+      true, std::make_unique<layerstream::testing::stalling_device>(std::move(cpu), 1, 1, gate)));
   auto answers = ask_all({{5, 8}, {6, 4}});
   for (const auto& ready : answers) {
     EXPECT_TRUE(is(ready.status, lserr::timeout)) << ready.room << ": " << describe(ready.status);
