@@ -152,25 +152,14 @@ void hold_pages(self_ptr self, room_id room, room_entry& entry, uint32_t rank, r
 }
 
 /// The bytes prefill rank `rank` must write for a room of `pages` pages: its
-/// slice of the pages (owned_positions) in every layer and buffer. Bounded by
-/// the pool's size, so no overflow.
+/// slice of the pages (owned_positions), one item_len in every layer and
+/// buffer of this pool (the item_lens transfer_info carries are all that
+/// one). Bounded by the pool's size, so no overflow.
 uint64_t owed_bytes(const kv_pool& pool, uint64_t pages, uint32_t cp, uint32_t rank) {
   auto owned = owned_positions(pages, cp, rank);
   if (!owned)
     return 0; // cp == 0 or rank >= cp: cannot happen for a rank we asked
-  // One page in every layer: K, and V unless MLA (item_lens as
-  // kv_pointers reads them: N entries shared by K and V, or 2N).
-  const auto lens = pool.item_lens();
-  const uint64_t layers = pool.layers();
-  if (lens.size() < layers)
-    return 0;
-  uint64_t per_page = 0;
-  for (uint64_t l = 0; l < layers; ++l) {
-    per_page += lens[l];
-    if (pool.buffers() == 2)
-      per_page += lens.size() == 2 * layers ? lens[layers + l] : lens[l];
-  }
-  return owned->size() * per_page;
+  return owned->size() * pool.item_len() * pool.layers() * pool.buffers();
 }
 
 /// One rank's answer (kv_ready or a request error) for one room.
