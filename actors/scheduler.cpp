@@ -179,14 +179,19 @@ void send_bulk(self_ptr self, uint64_t batch_id, room_id room, peer_id peer,
     if (--p->left == 0)
       chunk_settled(self, batch_id, room, p->status, p->bytes, p->delivered_ns);
   };
+  // Every layer's blocks first: a room whose blocks cannot all be built
+  // fails before any of its bulk writes goes out.
+  std::vector<submit> msgs;
+  msgs.reserve(layers.size());
   for (auto layer : layers) {
-    submit msg{room, layer, peer, {}};
-    if (auto err = append_layer_blocks(plan, ptrs, layer, msg.blocks)) {
-      keep_failure(p->status, std::move(err));
-      if (--p->left == 0)
-        chunk_settled(self, batch_id, room, p->status, p->bytes, p->delivered_ns);
-      continue;
+    msgs.push_back(submit{room, layer, peer, {}});
+    if (auto err = append_layer_blocks(plan, ptrs, layer, msgs.back().blocks)) {
+      chunk_settled(self, batch_id, room, std::move(err), base_bytes, base_delivered_ns);
+      return;
     }
+  }
+  for (auto& msg : msgs) {
+    const auto layer = msg.layer;
     auto t0 = trace ? steady_ns() : 0;
     // Outlasts the engine's own write deadline (timeouts.submit), whose
     // reason says more than a request timeout.

@@ -1,5 +1,7 @@
 #include "messages/messages.hpp"
 
+#include <algorithm>
+
 #include "actors/scheduler_protocol.hpp"
 
 namespace layerstream {
@@ -22,6 +24,66 @@ namespace {
 
 uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
   return tokens / page_size + (tokens % page_size != 0 ? 1 : 0);
+}
+
+/// The region of `regions` that holds [addr, addr + len), or null.
+const remote_region* region_holding(const std::vector<remote_region>& regions, uint64_t addr,
+                                    uint64_t len) {
+  for (const auto& r : regions)
+    if (addr >= r.base && len <= r.length && addr - r.base <= r.length - len)
+      return &r;
+  return nullptr;
+}
+
+/// Every page the room's KV goes to, in every layer and buffer, lies inside
+/// one region decode advertised, and no page is named twice. The engine
+/// checks each block at submit too; checked here, a bad pointer fails the
+/// room before it takes a page, not at its first write of that layer after
+/// the earlier layers went out. (Decode's pool is one region: a few runs of
+/// pages x layers x buffers, compared with one region each.)
+template <class Fail>
+caf::error check_dst_ranges(const transfer_info& info, Fail& fail) {
+  // The block math's item lengths (kv_pointers): one per layer, or K's
+  // then V's. check_transfer_info has matched their count to the model.
+  const size_t layers = info.dst_k_ptrs.size();
+  auto item_len = [&](bool v, size_t layer) {
+    return v && info.item_lens.size() == 2 * layers ? info.item_lens[layers + layer]
+                                                    : info.item_lens[layer];
+  };
+  std::vector<uint64_t> pages = info.dst_pages;
+  std::sort(pages.begin(), pages.end());
+  if (auto dup = std::adjacent_find(pages.begin(), pages.end()); dup != pages.end())
+    return fail("dst_pages names page " + std::to_string(*dup) +
+                " twice: two positions would be written to one page");
+  auto check_buffer = [&](const char* which, bool v,
+                          const std::vector<uint64_t>& bases) -> caf::error {
+    for (size_t first = 0; first < pages.size();) {
+      size_t last = first; // [pages[first], pages[last]] is one run of pages
+      while (last + 1 < pages.size() && pages[last + 1] == pages[last] + 1)
+        ++last;
+      for (size_t layer = 0; layer < bases.size(); ++layer) {
+        uint64_t offset = 0;
+        uint64_t len = 0;
+        uint64_t addr = 0;
+        const uint64_t page_len = item_len(v, layer);
+        const bool wraps = __builtin_mul_overflow(pages[first], page_len, &offset) ||
+                           __builtin_mul_overflow(last - first + 1, page_len, &len) ||
+                           __builtin_add_overflow(bases[layer], offset, &addr) ||
+                           len - 1 > UINT64_MAX - addr;
+        if (wraps || region_holding(info.decode.regions, addr, len) == nullptr)
+          return fail(std::string{which} + " pages " + std::to_string(pages[first]) + ".." +
+                      std::to_string(pages[last]) + " of layer " + std::to_string(layer) +
+                      (wraps ? " pass 2^64"
+                             : " [" + std::to_string(addr) + ", +" + std::to_string(len) +
+                                   ") lie outside every region decode advertised"));
+      }
+      first = last + 1;
+    }
+    return caf::none;
+  };
+  if (auto err = check_buffer(info.dst_v_ptrs.empty() ? "KV" : "K", false, info.dst_k_ptrs))
+    return err;
+  return check_buffer("V", true, info.dst_v_ptrs);
 }
 
 } // namespace
@@ -64,7 +126,7 @@ caf::error check_transfer_info(const transfer_info& info, const transfer_info_sh
   if (info.item_lens != shape.item_lens)
     return fail("item_lens differ from this rank's page size of " + std::to_string(shape.item_len) +
                 " bytes");
-  return caf::none;
+  return check_dst_ranges(info, fail);
 }
 
 void add_message_types(caf::actor_system_config& cfg) {

@@ -367,7 +367,8 @@ struct transfer_info_shape {
 
 /// The checks a prefill rank applies to a transfer_info on receipt, before
 /// any page is allocated: lengths match the prompt, the model and the
-/// cluster. Addresses are checked later, against the advertised regions.
+/// cluster; no dst page is named twice; every dst page of every layer and
+/// buffer lies inside one region decode advertised (info.decode.regions).
 caf::error check_transfer_info(const transfer_info& info, const transfer_info_shape& shape);
 
 /// prefill rank -> decode, the answer to transfer_info: sent only after all

@@ -153,7 +153,7 @@ class SchedulerWithStandIns : public ::testing::Test {
     return ask_again(5);
   }
 
-  /// The model of every test: 2 layers, 4-token pages of 16 bytes a buffer.
+  /// The model of every test: 2 layers, 4-token pages of 32 bytes a buffer.
   static model_config tiny_model() {
     model_config model;
     model.layers = 2;
@@ -396,6 +396,39 @@ TEST_F(SchedulerWithStandIns,
   }
   EXPECT_EQ(s.pages_free, s.pages_total);
   auto served = ask_again(8);
+  EXPECT_FALSE(served.status) << describe(served.status);
+}
+
+TEST_F(SchedulerWithStandIns, ARoomWhoseDecodePagesAreBadIsRefusedBeforeItTakesAnything) {
+  script_->answer_finish = true;
+  ASSERT_TRUE(start(true));
+  const auto good = info_;
+  auto refused = [&](const std::string& text) {
+    auto ready = ask_again(5);
+    EXPECT_TRUE(is(ready.status, lserr::bad_input)) << describe(ready.status);
+    EXPECT_TRUE(mentions(ready.status, text)) << describe(ready.status);
+    info_ = good;
+  };
+  // Decode's one region is [0x10000, +1 MiB). Layer 1's V buffer starts 3
+  // pages before its end: page 1 fits, page 3 does not.
+  const uint64_t page = info_.item_lens[0];
+  const uint64_t region_end = 0x10000 + (1 << 20);
+  info_.dst_v_ptrs[1] = region_end - 3 * page;
+  refused("V pages 3..3 of layer 1 [" + std::to_string(region_end) + ", +" + std::to_string(page) +
+          ") lie outside every region decode advertised");
+  info_.dst_k_ptrs[0] = UINT64_MAX - 20;
+  refused("K pages 1..1 of layer 0 pass 2^64");
+  info_.dst_pages = {2, 2};
+  refused("dst_pages names page 2 twice");
+  // Nothing was taken, connected or run for them.
+  auto s = stats();
+  EXPECT_EQ(s.pages_free, s.pages_total);
+  EXPECT_EQ(s.rooms_open, 0u);
+  EXPECT_EQ(s.forward_ns.size(), 0u);
+  EXPECT_FALSE(script_->got_finish(5));
+  // The control: pages 1 and 3 of a region-sized V buffer at its very end.
+  info_.dst_v_ptrs[1] = region_end - 4 * page;
+  auto served = ask_again(5);
   EXPECT_FALSE(served.status) << describe(served.status);
 }
 
