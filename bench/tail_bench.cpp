@@ -92,6 +92,7 @@ std::optional<deployment_config> make_config(const tail_bench_options& o, const 
   cfg.model.page_size = 16;
   cfg.model.mla = false;
   cfg.model.layer_compute = std::chrono::microseconds(o.layer_compute_us);
+  cfg.model.compute_wait = o.compute_wait;
   cfg.transfer.per_layer = per_layer;
   cfg.transfer.per_layer_min_tokens = 0;
   cfg.transfer.chunk_tokens = 0;
@@ -645,11 +646,12 @@ int run_tail_bench(const tail_bench_options& opts_in) {
   log::set_level("warn");
   const int64_t spin_us = notify_spin_in_use(o);
   std::printf(
-      "layerstream bench tail: provider '%s' (write_iov %u), device %s, %u us compute per layer, "
-      "last-layer spin %lld us, %u interleaved repetitions (medians); T = the bulk tail, T/L its "
-      "share per layer, 1lay = one layer's transfer alone\n",
+      "layerstream bench tail: provider '%s' (write_iov %u), device %s, %u us compute per layer "
+      "(%s), last-layer spin %lld us, %u interleaved repetitions (medians); T = the bulk tail, "
+      "T/L its share per layer, 1lay = one layer's transfer alone\n",
       o.provider.c_str(), o.write_iov, o.device.c_str(), o.layer_compute_us,
-      static_cast<long long>(spin_us), o.repetitions);
+      o.device == "cpu" ? o.compute_wait.c_str() : "on the GPU", static_cast<long long>(spin_us),
+      o.repetitions);
   std::printf("%6s %5s %3s %9s | %9s %9s %8s %8s | %7s %8s %7s | %8s %8s | %8s %8s %7s | %7s "
               "%7s | %9s %6s %9s %8s %6s %9s\n",
               "layers", "rooms", "cp", "KiB/layer", "tail_bulk", "tail_lay", "T/L", "1lay",
@@ -724,6 +726,7 @@ int run_tail_bench(const tail_bench_options& opts_in) {
                      {"device", o.device},
                      {"repetitions", o.repetitions},
                      {"layer_compute_us", o.layer_compute_us},
+                     {"compute_wait", o.compute_wait},
                      {"notify_spin_us", spin_us},
                      {"configs", configs}};
     std::ofstream out{o.json_path};

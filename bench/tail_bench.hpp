@@ -32,6 +32,10 @@ struct tail_bench_options {
   std::optional<uint32_t> notify_spin_us;
   /// prefill.device of every run ("cpu" or "gpu").
   std::string device = "cpu";
+  /// model.compute_wait of every run on the cpu device: "spin" (the forward
+  /// threads keep their cores) or "sleep" (they leave them, as a host thread
+  /// waiting for a GPU does).
+  std::string compute_wait = "spin";
   /// L = 32 with 1 and 16 rooms, 3 repetitions: under a minute.
   bool quick = false;
   std::string json_path;

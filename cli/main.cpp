@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
       "transfer.notify_spin_us of every run (default: the config's); 0 compares against no "
       "last-layer spin");
   bench_tail->add_option("--device", tail_opts.device, "where the forward runs: cpu or gpu");
+  bench_tail->add_option("--compute-wait", tail_opts.compute_wait,
+                         "device cpu: how a forward thread passes a layer's compute: spin (busy, "
+                         "the default) or sleep (asleep to just before the layer's end, as a host "
+                         "waiting for a GPU)");
   bench_tail->add_flag("--quick", tail_opts.quick,
                        "L = 32 with 1 and 16 rooms, 3 repetitions (under a minute)");
   bench_tail->add_option("--json", tail_opts.json_path, "write the results as JSON to this file");

@@ -23,8 +23,13 @@ struct model_config {
   uint32_t page_size = 16;
   /// MLA: one fused KV buffer per layer (kv_heads must be 1).
   bool mla = false;
-  /// Simulated compute time of one layer on the forward thread (busy).
+  /// Simulated compute time of one layer on the forward thread.
   std::chrono::microseconds layer_compute{1000};
+  /// How the cpu device's forward thread spends that time: "spin" (busy, a
+  /// host that computes: the default) or "sleep" (a host that waits for a
+  /// GPU: it sleeps to just before the layer's end and spins the rest, so its
+  /// core is free for other threads meanwhile). The gpu device ignores it.
+  std::string compute_wait = "spin";
 
   /// Bytes of one page of one layer's K (or V, or fused MLA) buffer.
   uint64_t item_len() const { return uint64_t{page_size} * kv_heads * head_dim * dtype_bytes; }

@@ -36,6 +36,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("page_size", c.model.page_size);
   v.field("mla", c.model.mla);
   v.field("layer_compute_us", c.model.layer_compute);
+  v.field("compute_wait", c.model.compute_wait);
   v.table("transfer");
   v.field("per_layer", c.transfer.per_layer);
   v.field("per_layer_min_tokens", c.transfer.per_layer_min_tokens);
@@ -88,6 +89,7 @@ constexpr const char* providers[] = {"",        "tcp;ofi_rxm",   "net", "shm",
 constexpr const char* networks[] = {"test", "deployment"};
 constexpr const char* devices[] = {"cpu", "gpu"};
 constexpr const char* kv_exports[] = {"auto", "staging", "hmem"};
+constexpr const char* compute_waits[] = {"spin", "sleep"};
 constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr uint32_t max_cp_size = 64;
 // Pages of one pool: 2^26 (the allocator keeps 8 bytes per free page).
@@ -582,6 +584,9 @@ void check_general(const deployment_config& c, const std::string& file) {
     refuse(file, "model",
            "page_size * kv_heads * head_dim * dtype_bytes (bytes of one page) passes 2^64");
   check_duration(file, "model.layer_compute_us", m.layer_compute);
+  if (!contains(compute_waits, m.compute_wait))
+    refuse(file, "model.compute_wait",
+           "unknown value " + quoted(m.compute_wait) + "; one of " + one_of(compute_waits));
 
   const auto& t = c.transfer;
   if (t.chunk_tokens % m.page_size != 0)

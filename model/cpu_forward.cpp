@@ -1,5 +1,11 @@
 #include "model/cpu_forward.hpp"
 
+#include <sys/prctl.h>
+
+#include <thread>
+
+#include "common/error.hpp"
+
 namespace layerstream {
 
 void spin_for(std::chrono::microseconds d) {
@@ -9,10 +15,36 @@ void spin_for(std::chrono::microseconds d) {
   }
 }
 
-cpu_forward::cpu_forward(kv_pool& pool, std::chrono::microseconds layer_compute, notify_fn notify,
-                         done_fn done)
+caf::expected<compute_wait> parse_compute_wait(const std::string& text) {
+  if (text == "spin")
+    return compute_wait::spin;
+  if (text == "sleep")
+    return compute_wait::sleep;
+  return make_error(lserr::bad_input,
+                    "model.compute_wait: \"" + text + "\" is neither \"spin\" nor \"sleep\"");
+}
+
+namespace {
+
+/// Returns at `until`: busy all the way, or asleep to `margin` before it.
+void pass_compute(std::chrono::steady_clock::time_point until, compute_wait wait,
+                  std::chrono::microseconds margin) {
+  if (wait == compute_wait::sleep) {
+    const auto wake = until - margin;
+    if (std::chrono::steady_clock::now() < wake)
+      std::this_thread::sleep_until(wake);
+  }
+  while (std::chrono::steady_clock::now() < until) {
+    // busy
+  }
+}
+
+} // namespace
+
+cpu_forward::cpu_forward(kv_pool& pool, std::chrono::microseconds layer_compute, compute_wait wait,
+                         notify_fn notify, done_fn done)
     : forward_thread(std::move(notify), std::move(done)), pool_(pool),
-      layer_compute_(layer_compute) {
+      layer_compute_(layer_compute), wait_(wait) {
   start();
 }
 
@@ -21,13 +53,17 @@ cpu_forward::~cpu_forward() {
 }
 
 void cpu_forward::execute(const forward_batch& batch) {
+  // The kernel's default 50 us of timer slack would make every layer's
+  // sleep overshoot its margin (this thread only; harmless if refused).
+  if (wait_ == compute_wait::sleep)
+    ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   forward_timing timing;
   timing.start = std::chrono::steady_clock::now();
   timing.layer_written.reserve(pool_.layers());
   timing.notify_ns.reserve(pool_.layers());
   for (uint32_t layer = 0; layer < pool_.layers(); ++layer) {
     auto t0 = steady_ns();
-    spin_for(layer_compute_);
+    pass_compute(std::chrono::steady_clock::now() + layer_compute_, wait_, sleep_margin);
     for (auto& item : batch.items)
       pool_.write_layer(item.room, layer, item.pages, item.first_token, item.last_token,
                         item.prompt_tokens);

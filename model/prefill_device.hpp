@@ -27,6 +27,7 @@
 #include "config/config.hpp"
 #include "device/event.hpp"
 #include "device/host_event.hpp"
+#include "model/cpu_forward.hpp"
 #include "model/forward.hpp"
 #include "model/kv_pool.hpp"
 
@@ -81,8 +82,10 @@ class cpu_device final : public prefill_device {
   kv_pool& pool() { return *pool_; }
 
  private:
-  explicit cpu_device(std::unique_ptr<kv_pool> pool) : pool_(std::move(pool)) {}
+  cpu_device(std::unique_ptr<kv_pool> pool, compute_wait wait)
+      : pool_(std::move(pool)), wait_(wait) {}
   std::unique_ptr<kv_pool> pool_;
+  compute_wait wait_;
   completed_event_source events_;
 };
 

@@ -582,6 +582,13 @@ TEST(ConfigLoader, AnUnknownLogLevelIsRefused) {
   expect_refused("[log]\nlevel = \"INFO\"\n", "log.level", "one of \"trace\"");
 }
 
+TEST(ConfigLoader, ComputeWaitIsSpinOrSleep) {
+  EXPECT_EQ(parse_ok("").model.compute_wait, "spin");
+  EXPECT_EQ(parse_ok("[model]\ncompute_wait = \"sleep\"\n").model.compute_wait, "sleep");
+  expect_refused("[model]\ncompute_wait = \"nap\"\n", "model.compute_wait",
+                 "unknown value \"nap\"; one of \"spin\", \"sleep\"");
+}
+
 TEST(ConfigLoader, EveryLogLevelIsAccepted) {
   for (const char* level : {"trace", "debug", "info", "warn", "error", "off"})
     EXPECT_EQ(parse_ok(std::string{"[log]\nlevel = \""} + level + "\"\n").log.level, level);
