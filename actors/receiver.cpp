@@ -307,8 +307,9 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
   // TESTING-ONLY fault hook (workload.corrupt_rooms, used by
   // tests/process/bad_transfer_info.sh): move layer 0's K destination just
   // past the end of the advertised region, so every write of that layer is
-  // out of range. The prefill side must refuse those writes and fail only
-  // this room; no byte outside the room may change. Never set in production.
+  // out of range. The prefill ranks must refuse this room on arrival (before
+  // any write) and fail only it; no byte outside the room may change. Never
+  // set in production.
   if (std::find(st.cfg.corrupt_rooms.begin(), st.cfg.corrupt_rooms.end(), room) !=
           st.cfg.corrupt_rooms.end() &&
       !info.dst_k_ptrs.empty()) {

@@ -185,11 +185,31 @@ std::optional<run_sample> run_once(caf::actor_system& sys, local_cluster& c,
   return s;
 }
 
+/// CPU time of this process and of the calling thread, ns.
+std::pair<int64_t, int64_t> cpu_ns() {
+  auto ns = [](const rusage& u) {
+    return (static_cast<int64_t>(u.ru_utime.tv_sec) + u.ru_stime.tv_sec) * 1'000'000'000 +
+           (static_cast<int64_t>(u.ru_utime.tv_usec) + u.ru_stime.tv_usec) * 1000;
+  };
+  rusage all{}, self{};
+  getrusage(RUSAGE_SELF, &all);
+  getrusage(RUSAGE_THREAD, &self);
+  return {ns(all), ns(self)};
+}
+
+/// One no-transfer forward: the slowest rank's wall time, and the process's
+/// CPU time over it per forward thread, in % of that wall time (nearly all
+/// of it the forward threads': the clusters beside them idle).
+struct forward_alone {
+  double ms = 0;
+  double cpu_pct = 0;
+};
+
 /// The same forward with no notifier and no transfer at all: every CP rank's
 /// forward thread at once (same rooms, KV writes and compute as in the
 /// cluster runs), one pool per rank. The slowdown baseline (the slowest rank).
-std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<prefill_device>>& devices,
-                                       const deployment_config& cfg) {
+std::optional<forward_alone> forward_alone_ms(std::vector<std::unique_ptr<prefill_device>>& devices,
+                                              const deployment_config& cfg) {
   const auto& w = cfg.workload;
   const uint64_t ps = cfg.model.page_size;
   const uint64_t pages = (w.max_tokens + ps - 1) / ps;
@@ -225,6 +245,7 @@ std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<prefill_devic
     forwards.push_back(std::move(*fwd));
   }
   // Started together, as the ranks' batches start together in the cluster runs.
+  const int64_t cpu0 = cpu_ns().first;
   for (uint32_t rank = 0; rank < ranks; ++rank)
     forwards[rank]->run(std::move(batches[rank]));
   double slowest = 0;
@@ -238,23 +259,13 @@ std::optional<double> forward_alone_ms(std::vector<std::unique_ptr<prefill_devic
     all = all && ms >= 0; // < 0: the forward reported a device error
     slowest = std::max(slowest, ms);
   }
+  const int64_t cpu1 = cpu_ns().first;
   forwards.clear(); // joins the threads (a running batch ends first)
-  if (!all)
+  if (!all || slowest <= 0)
     return std::nullopt;
-  return slowest;
+  return forward_alone{slowest, static_cast<double>(cpu1 - cpu0) / 1e6 / slowest / ranks * 100};
 }
 
-/// CPU time of this process and of the calling thread, ns.
-std::pair<int64_t, int64_t> cpu_ns() {
-  auto ns = [](const rusage& u) {
-    return (static_cast<int64_t>(u.ru_utime.tv_sec) + u.ru_stime.tv_sec) * 1'000'000'000 +
-           (static_cast<int64_t>(u.ru_utime.tv_usec) + u.ru_stime.tv_usec) * 1000;
-  };
-  rusage all{}, self{};
-  getrusage(RUSAGE_SELF, &all);
-  getrusage(RUSAGE_THREAD, &self);
-  return {ns(all), ns(self)};
-}
 
 /// The manager's and the contexts' message handling for `rooms` rooms over
 /// the layers of `cfg`, paced by the layer compute like a forward: the real
@@ -402,6 +413,9 @@ struct bench_row {
   double layer_alone_ms = 0;
   double settled_bulk_ms = 0, settled_layer_ms = 0;
   double forward_none_ms = 0, forward_layer_ms = 0, slowdown_pct = 0;
+  /// The no-transfer forward's CPU per forward thread, % of its wall time:
+  /// ~100 when it spins through its compute, far less when it sleeps.
+  double forward_cpu_pct = 0;
   int64_t notify_median_ns = 0, notify_p99_ns = 0;
   handling_sample handling;
 };
@@ -486,7 +500,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
                                    {"per-layer", &layer, &*layer_cfg, {}, {}},
                                    {"one-layer", &one_layer, &*one_layer_cfg, {}, {}}}};
   auto& [bulk_run, layer_run, one_layer_run] = runs;
-  std::vector<double> fwd_none, fwd_layer;
+  std::vector<double> fwd_none, fwd_none_cpu, fwd_layer;
   std::vector<int64_t> notify;
   room_id next_room = 1;
   uint64_t hold = 1;
@@ -495,12 +509,13 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
     for (size_t k = 0; ok && k <= runs.size(); ++k) {
       const size_t which = (k + static_cast<size_t>(std::max(rep, 0))) % (runs.size() + 1);
       if (which == runs.size()) {
-        auto ms = forward_alone_ms(alone_devices, *bulk_cfg);
-        if (!ms) {
+        auto alone = forward_alone_ms(alone_devices, *bulk_cfg);
+        if (!alone) {
           why = "the no-transfer forward did not end";
           ok = false;
         } else if (rep >= 0) {
-          fwd_none.push_back(*ms);
+          fwd_none.push_back(alone->ms);
+          fwd_none_cpu.push_back(alone->cpu_pct);
         }
         continue;
       }
@@ -544,6 +559,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
   row.layer_alone_ms = median(one_layer_run.tails);
   row.forward_none_ms = median(fwd_none);
   row.forward_layer_ms = median(fwd_layer);
+  row.forward_cpu_pct = median(fwd_none_cpu);
   row.slowdown_pct = row.forward_none_ms > 0
                          ? (row.forward_layer_ms - row.forward_none_ms) / row.forward_none_ms * 100
                          : 0;
@@ -708,6 +724,7 @@ int run_tail_bench(const tail_bench_options& opts_in) {
          {"tail_layer_over_layer_alone", alone_ratio},
          {"tail_layer_over_tail_bulk", bulk_ratio},
          {"forward_none_ms", row->forward_none_ms},
+         {"forward_cpu_pct", row->forward_cpu_pct},
          {"forward_layer_ms", row->forward_layer_ms},
          {"forward_slowdown_pct", row->slowdown_pct},
          {"notifier_ns_median", row->notify_median_ns},

@@ -35,12 +35,23 @@ const remote_region* region_holding(const std::vector<remote_region>& regions, u
   return nullptr;
 }
 
+/// [addr, addr + len) of `count` pages from page `first` of the buffer at
+/// `base`; false if it passes 2^64.
+bool page_span(uint64_t base, uint64_t first, uint64_t count, uint64_t page_len, uint64_t& addr,
+               uint64_t& len) {
+  uint64_t offset = 0;
+  return !__builtin_mul_overflow(first, page_len, &offset) &&
+         !__builtin_mul_overflow(count, page_len, &len) &&
+         !__builtin_add_overflow(base, offset, &addr) && len - 1 <= UINT64_MAX - addr;
+}
+
 /// Every page the room's KV goes to, in every layer and buffer, lies inside
-/// one region decode advertised, and no page is named twice. The engine
-/// checks each block at submit too; checked here, a bad pointer fails the
-/// room before it takes a page, not at its first write of that layer after
-/// the earlier layers went out. (Decode's pool is one region: a few runs of
-/// pages x layers x buffers, compared with one region each.)
+/// a region decode advertised, and no page is named twice. The engine checks
+/// each block at submit too; checked here, a bad pointer fails the room
+/// before it takes a page, not at its first write of that layer after the
+/// earlier layers went out. Per layer and buffer one test when the span from
+/// the lowest page to the highest lies in one region (decode's pool is one
+/// region), else one per page (a block may be a single page).
 template <class Fail>
 caf::error check_dst_ranges(const transfer_info& info, Fail& fail) {
   // The block math's item lengths (kv_pointers): one per layer, or K's
@@ -55,29 +66,26 @@ caf::error check_dst_ranges(const transfer_info& info, Fail& fail) {
   if (auto dup = std::adjacent_find(pages.begin(), pages.end()); dup != pages.end())
     return fail("dst_pages names page " + std::to_string(*dup) +
                 " twice: two positions would be written to one page");
+  const auto& regions = info.decode.regions;
   auto check_buffer = [&](const char* which, bool v,
                           const std::vector<uint64_t>& bases) -> caf::error {
-    for (size_t first = 0; first < pages.size();) {
-      size_t last = first; // [pages[first], pages[last]] is one run of pages
-      while (last + 1 < pages.size() && pages[last + 1] == pages[last] + 1)
-        ++last;
-      for (size_t layer = 0; layer < bases.size(); ++layer) {
-        uint64_t offset = 0;
-        uint64_t len = 0;
-        uint64_t addr = 0;
-        const uint64_t page_len = item_len(v, layer);
-        const bool wraps = __builtin_mul_overflow(pages[first], page_len, &offset) ||
-                           __builtin_mul_overflow(last - first + 1, page_len, &len) ||
-                           __builtin_add_overflow(bases[layer], offset, &addr) ||
-                           len - 1 > UINT64_MAX - addr;
-        if (wraps || region_holding(info.decode.regions, addr, len) == nullptr)
-          return fail(std::string{which} + " pages " + std::to_string(pages[first]) + ".." +
-                      std::to_string(pages[last]) + " of layer " + std::to_string(layer) +
-                      (wraps ? " pass 2^64"
+    for (size_t layer = 0; layer < bases.size(); ++layer) {
+      const uint64_t page_len = item_len(v, layer);
+      uint64_t addr = 0;
+      uint64_t len = 0;
+      if (page_span(bases[layer], pages.front(), pages.back() - pages.front() + 1, page_len, addr,
+                    len) &&
+          region_holding(regions, addr, len) != nullptr)
+        continue;
+      for (auto page : pages) {
+        const bool fits = page_span(bases[layer], page, 1, page_len, addr, len);
+        if (!fits || region_holding(regions, addr, len) == nullptr)
+          return fail(std::string{which} + " page " + std::to_string(page) + " of layer " +
+                      std::to_string(layer) +
+                      (!fits ? " passes 2^64"
                              : " [" + std::to_string(addr) + ", +" + std::to_string(len) +
-                                   ") lie outside every region decode advertised"));
+                                   ") lies outside every region decode advertised"));
       }
-      first = last + 1;
     }
     return caf::none;
   };

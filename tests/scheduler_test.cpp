@@ -414,21 +414,32 @@ TEST_F(SchedulerWithStandIns, ARoomWhoseDecodePagesAreBadIsRefusedBeforeItTakesA
   const uint64_t page = info_.item_lens[0];
   const uint64_t region_end = 0x10000 + (1 << 20);
   info_.dst_v_ptrs[1] = region_end - 3 * page;
-  refused("V pages 3..3 of layer 1 [" + std::to_string(region_end) + ", +" + std::to_string(page) +
-          ") lie outside every region decode advertised");
+  refused("V page 3 of layer 1 [" + std::to_string(region_end) + ", +" + std::to_string(page) +
+          ") lies outside every region decode advertised");
   info_.dst_k_ptrs[0] = UINT64_MAX - 20;
-  refused("K pages 1..1 of layer 0 pass 2^64");
+  refused("K page 1 of layer 0 passes 2^64");
   info_.dst_pages = {2, 2};
   refused("dst_pages names page 2 twice");
+  // Two regions that meet inside page 1 of layer 0's K buffer.
+  info_.decode.regions = {{0x10000, page + page / 2, 7},
+                          {0x10000 + page + page / 2, (1 << 20) - page - page / 2, 8}};
+  refused("K page 1 of layer 0 [" + std::to_string(0x10000 + page) + ", +" + std::to_string(page) +
+          ") lies outside every region decode advertised");
   // Nothing was taken, connected or run for them.
   auto s = stats();
   EXPECT_EQ(s.pages_free, s.pages_total);
   EXPECT_EQ(s.rooms_open, 0u);
   EXPECT_EQ(s.forward_ns.size(), 0u);
   EXPECT_FALSE(script_->got_finish(5));
-  // The control: pages 1 and 3 of a region-sized V buffer at its very end.
+  // The controls: pages 1 and 3 of a V buffer that ends where the region
+  // does; two regions that meet between page 1 and page 3 (no block spans
+  // both).
   info_.dst_v_ptrs[1] = region_end - 4 * page;
   auto served = ask_again(5);
+  EXPECT_FALSE(served.status) << describe(served.status);
+  info_ = good;
+  info_.decode.regions = {{0x10000, 2 * page, 7}, {0x10000 + 2 * page, (1 << 20) - 2 * page, 8}};
+  served = ask_again(6);
   EXPECT_FALSE(served.status) << describe(served.status);
 }
 
