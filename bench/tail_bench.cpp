@@ -266,7 +266,6 @@ std::optional<forward_alone> forward_alone_ms(std::vector<std::unique_ptr<prefil
   return forward_alone{slowest, static_cast<double>(cpu1 - cpu0) / 1e6 / slowest / ranks * 100};
 }
 
-
 /// The manager's and the contexts' message handling for `rooms` rooms over
 /// the layers of `cfg`, paced by the layer compute like a forward: the real
 /// manager, contexts and notifier, with a sink that answers each submit at
