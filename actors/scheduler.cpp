@@ -59,9 +59,15 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
     LS_DEBUG("rank {}: room {} complete, {} bytes", st.cfg.cp_rank, room, rs.bytes);
     ++st.stats.rooms_complete;
   }
+  const bool may_still_read = is(status, lserr::writes_in_flight);
   rs.promise.deliver(kv_ready{room, st.cfg.cp_rank, std::move(status), rs.bytes});
   auto& od = st.overdue;
-  if (od && std::find(od->rooms.begin(), od->rooms.end(), room) != od->rooms.end())
+  if (may_still_read) {
+    st.held_pages.insert(st.held_pages.end(), rs.owned_pages.begin(), rs.owned_pages.end());
+    LS_WARN("rank {}: room {}: its {} src pages stay out of the pool for good ({} held): a write "
+            "given up on may still read them",
+            st.cfg.cp_rank, room, rs.owned_pages.size(), st.held_pages.size());
+  } else if (od && std::find(od->rooms.begin(), od->rooms.end(), room) != od->rooms.end())
     od->pages.insert(od->pages.end(), rs.owned_pages.begin(), rs.owned_pages.end());
   else
     st.pages->release(rs.owned_pages);
@@ -453,13 +459,19 @@ void try_start_batch(self_ptr self) {
               return;
             auto rooms = b->second.rooms;
             s.batches.erase(b);
-            // Unanswered, the manager may have set the contexts up after
-            // all: finish them (no forward runs, so they send nothing more
-            // and wind down), and decode must keep the pages meanwhile.
+            // Unanswered, the manager may have set the per-layer rooms'
+            // contexts up after all: finish them (no forward runs, so they
+            // send nothing more and wind down), and decode must keep their
+            // pages meanwhile. A bulk room has no context, and nothing of its
+            // chunk was sent: it fails with a plain timeout.
             const bool unanswered = err == caf::sec::request_timeout;
-            const auto code = unanswered ? lserr::writes_in_flight : lserr::bad_input;
             for (auto room : rooms) {
+              auto r = s.rooms.find(room);
+              const bool per_layer = r != s.rooms.end() && r->second.per_layer;
+              auto code = lserr::bad_input;
               if (unanswered)
+                code = per_layer ? lserr::writes_in_flight : lserr::timeout;
+              if (unanswered && per_layer)
                 caf::anon_send(s.manager, finish{room});
               settle_room(self, room, make_error(code, "setup: " + describe(err)));
             }
@@ -492,7 +504,13 @@ void on_transfer_info(self_ptr self, transfer_info& info,
     return refuse(owned.error());
   auto pages = st.pages->allocate(owned->size());
   if (!pages)
-    return refuse(make_error(lserr::bad_input, "prefill pool full: " + describe(pages.error())));
+    return refuse(make_error(
+        lserr::bad_input,
+        "prefill pool full: " + describe(pages.error()) +
+            (st.held_pages.empty()
+                 ? std::string{}
+                 : "; " + std::to_string(st.held_pages.size()) +
+                       " pages are held by rooms whose writes may still read them")));
   prefill_room rs;
   rs.src_pages.assign(total_pages, 0);
   for (uint64_t k = 0; k < owned->size(); ++k)

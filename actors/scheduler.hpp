@@ -130,6 +130,10 @@ struct scheduler_state {
   std::vector<uint64_t> src_k_ptrs;
   std::vector<uint64_t> src_v_ptrs;
   std::unique_ptr<page_allocator> pages;
+  /// Src pages of rooms that settled with writes_in_flight: a write the
+  /// engine gave up on may still read them, so this process never hands them
+  /// out again (decode holds the room's dst pages likewise).
+  std::vector<uint64_t> held_pages;
   transport_actor transport;
   manager_actor manager;
   /// Why the device could not make a forward (every request is refused).

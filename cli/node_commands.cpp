@@ -8,6 +8,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <variant>
@@ -30,6 +31,7 @@
 #include "node/actor_runtime.hpp"
 #include "node/auth.hpp"
 #include "node/nodes.hpp"
+#include "node/watch.hpp"
 
 namespace layerstream::cli {
 
@@ -497,8 +499,29 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   gcfg.challenge_ttl = std::max<caf::timespan>(cfg->timeouts.connection, std::chrono::seconds(5));
   gcfg.name = "rank " + std::to_string(cfg->prefill.cp_rank);
   auto gate = sys.spawn(gate_impl, std::move(gcfg));
+  // A rank without its scheduler, manager, transport or gate serves no room:
+  // the first one down ends the process (exit 1, with the reason) through
+  // the sigwait below, so that a supervisor restarts it.
+  auto down = std::make_shared<std::pair<std::mutex, std::string>>();
+  auto watcher = watch_critical(sys,
+                                {{"the scheduler", caf::actor_cast<caf::actor>((*node)->scheduler)},
+                                 {"the manager", caf::actor_cast<caf::actor>((*node)->manager)},
+                                 {"the transport", caf::actor_cast<caf::actor>((*node)->transport)},
+                                 {"the gate", caf::actor_cast<caf::actor>(gate)}},
+                                [down](std::string why) {
+                                  {
+                                    std::lock_guard<std::mutex> guard{down->first};
+                                    down->second = std::move(why);
+                                  }
+                                  ::kill(::getpid(), SIGTERM);
+                                });
+  // The gate takes an exit only from an actor of this process (node/auth.cpp:
+  // an anonymous one is what a peer could send), and the node's device
+  // outlives the actors that use it: every actor is done before return.
   auto stop_all = [&] {
-    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    caf::scoped_actor stopper{sys};
+    stopper->send_exit(watcher, caf::exit_reason::user_shutdown);
+    stopper->send_exit(gate, caf::exit_reason::user_shutdown);
     (*node)->stop();
   };
   auto port = publish_gate(sys, gate, *cfg);
@@ -506,6 +529,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     std::cerr << "layerstream prefill: cannot publish on " << cfg->prefill.host << ":"
               << cfg->prefill.port << ": " << sys.render(port.error()) << "\n";
     stop_all();
+    sys.await_all_actors_done();
     return 1;
   }
   LS_INFO("prefill rank {} serving on {}:{}", cfg->prefill.cp_rank, cfg->prefill.host, *port);
@@ -513,6 +537,18 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
             << cfg->prefill.host << ":" << *port << std::endl;
   int sig = 0;
   sigwait(&sigs, &sig);
+  std::string died;
+  {
+    std::lock_guard<std::mutex> guard{down->first};
+    died = down->second;
+  }
+  if (!died.empty()) {
+    std::cerr << "layerstream prefill: rank " << cfg->prefill.cp_rank << ": " << died
+              << "; exiting\n";
+    stop_all();
+    sys.await_all_actors_done();
+    return 1;
+  }
   LS_INFO("prefill rank {}: signal {}, shutting down", cfg->prefill.cp_rank, sig);
   {
     // What this rank did, for whoever reads its output (the cluster tests).

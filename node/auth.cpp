@@ -26,6 +26,24 @@ constexpr std::string_view session_role = "session";
 /// receiver): when the last of them is gone (it exited, or its node's
 /// connection dropped), the session ends, and the gate drops it. It also
 /// watches the scheduler and ends when that is down.
+/// True if the exit `self` is handling was sent by another actor of this
+/// process (a linked actor that ended, or run_prefill's stop). An exit sent
+/// anonymously (CAF then names the receiver itself as its source) or from
+/// another node is what any peer that reaches the published port can send
+/// before it authenticates: logged and ignored. (exit_reason::kill cannot be
+/// refused: CAF applies it before any handler; README "Hostile bytes on the
+/// control plane".)
+bool from_this_process(caf::local_actor* self, const caf::exit_msg& em, const std::string& what,
+                       const std::string& name) {
+  const auto& sender = self->current_sender();
+  if (sender && sender->node() == self->node() && sender != self->ctrl())
+    return true;
+  LS_WARN("control plane {}: ignored an exit for the {} from {} ({})", name, what,
+          sender ? "node " + to_string(sender->node()) : std::string{"no actor"},
+          em.reason ? describe(em.reason) : std::string{"normal"});
+  return false;
+}
+
 struct session_state {
   static inline const char* name = "layerstream.session";
   std::set<caf::actor_addr> senders;
@@ -39,6 +57,11 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
   // ends the session too: decode then sees this rank down and opens no room
   // on it, instead of sending it rooms that can only fail and hold pages.
   self->monitor(scheduler);
+  // Closed only by its gate (or a link from this process): see from_this_process.
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    if (from_this_process(self, em, "session of node " + to_string(peer), gate_name) && em.reason)
+      self->quit(std::move(em.reason));
+  });
   self->set_down_handler([=](caf::down_msg& dm) {
     if (dm.source == scheduler.address()) {
       auto why = dm.reason ? describe(dm.reason) : std::string{"exited"};
@@ -141,10 +164,13 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
   self->state.cfg = std::move(cfg);
   // A session that ended on its own (its decode went away) leaves the table;
   // the gate goes on. (One the gate closes is unlinked by CAF as it takes the
-  // gate's exit_msg, so no exit comes back from it.) Any other linked exit
-  // with a reason ends the gate, as CAF's default handler would.
+  // gate's exit_msg, so no exit comes back from it.) Any other exit from an
+  // actor of this process with a reason ends the gate (run_prefill's stop),
+  // as CAF's default handler would; one from elsewhere is ignored.
   self->set_exit_handler([=](caf::exit_msg& em) {
     auto& st = self->state;
+    if (!from_this_process(self, em, "gate", st.cfg.name))
+      return;
     for (auto it = st.sessions.begin(); it != st.sessions.end(); ++it) {
       if (it->second.address() != em.source)
         continue;

@@ -162,6 +162,30 @@ TEST_F(AuthTest, TheGateOutlivesTheSessionsItCloses) {
   EXPECT_EQ(got->room, 46u);
 }
 
+TEST_F(AuthTest, AnExitFromNoActorStopsNeitherTheGateNorASession) {
+  // What a peer on the published port can send before it authenticates:
+  // an exit with no sender (anon_send_exit through BASP). Only an actor of
+  // this process stops the gate (run_prefill's shutdown, this fixture's).
+  auto first = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(first) << describe(first.error());
+  caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(first->session, caf::exit_reason::user_shutdown);
+  auto got = forward(self, first->session, 47, first->key);
+  ASSERT_TRUE(got) << "the session took the exit: " << describe(got.error());
+  EXPECT_EQ(got->room, 47u);
+  auto second = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(second) << "the gate took the exit: " << describe(second.error());
+  // The control: an exit from an actor of this process closes the gate,
+  // and with it the sessions linked to it.
+  self->monitor(gate);
+  self->send_exit(gate, caf::exit_reason::user_shutdown);
+  bool down = false;
+  self->receive([&](caf::down_msg& dm) { down = dm.source == gate.address(); },
+                caf::after(timeout) >> [] {});
+  EXPECT_TRUE(down) << "the gate ignored its own process's exit";
+  EXPECT_TRUE(ends(second->session));
+}
+
 TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
   auto session = authenticate(sys, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());

@@ -59,6 +59,15 @@ void run_stalled_room(caf::actor_system& sys, local_cluster& cluster) {
   EXPECT_NE(describe(second->status).find("prefill rank 0"), std::string::npos)
       << describe(second->status);
 
+  // The prefill rank keeps room 2's 16 src pages out of its pool too (a
+  // write it gave up on may still read them); room 1's came back.
+  scheduler_stats prefill_stats;
+  self->request(cluster.prefill[0]->scheduler, 30s, stats_query{})
+      .receive([&](scheduler_stats& s) { prefill_stats = s; },
+               [&](caf::error& e) { ADD_FAILURE() << "no prefill stats: " << describe(e); });
+  EXPECT_EQ(prefill_stats.pages_total - prefill_stats.pages_free, 16u);
+  EXPECT_EQ(prefill_stats.rooms_open, 0u);
+
   // Closed, the failed room is still known and its 16 pages stay taken: a
   // room needing 20 of the pool's 32 pages finds only 16 free.
   auto closed = ask<caf::ok_atom>(self, rx, close_room{2});

@@ -77,7 +77,11 @@ struct manager_script {
   }
 };
 
-using stand_in_manager_actor = manager_actor::extend<caf::reacts_to<deliver_atom, uint64_t>>;
+/// get_atom -> ok_atom: a barrier (every message the manager got before it
+/// was handled).
+using stand_in_manager_actor =
+    manager_actor::extend<caf::reacts_to<deliver_atom, uint64_t>,
+                          caf::replies_to<caf::get_atom>::with<caf::ok_atom>>;
 
 /// Answers setup (or not) and finish (or not, or late); a silent answer is a
 /// response promise dropped undelivered, which the requester sees as a
@@ -107,6 +111,7 @@ stand_in_manager_actor::behavior_type stand_in_manager(stand_in_manager_actor::p
         return rp;
       },
       [held](deliver_atom, uint64_t seq) { held->deliver(seq); },
+      [](caf::get_atom) { return caf::ok_atom::value; },
   };
 }
 
@@ -180,6 +185,7 @@ class SchedulerWithStandIns : public ::testing::Test {
     scheduler_config cfg;
     cfg.model = tiny_model();
     cfg.transfer.per_layer = per_layer;
+    cfg.transfer.per_layer_min_tokens = per_layer_min_tokens_;
     cfg.timeouts.room = 1s;   // setup wait 1 s, finish wait 3 s
     cfg.timeouts.submit = 1s; // bulk submit wait 2 s
     cfg.pool_pages = 16;
@@ -267,6 +273,8 @@ class SchedulerWithStandIns : public ::testing::Test {
   /// The stand-in transport's answer delay (0: it never answers).
   caf::timespan transport_delay_{0};
   size_t stats_batches_max_ = scheduler_config{}.stats_batches_max;
+  /// transfer.per_layer_min_tokens: shorter rooms go by the bulk path.
+  uint64_t per_layer_min_tokens_ = 0;
   transfer_info info_;
   manager_actor manager_;
   transport_actor transport_;
@@ -338,6 +346,29 @@ TEST_F(SchedulerWithStandIns, ASetupTheManagerNeverAnswersSaysWritesInFlightAndF
   while (!script_->got_finish(5) && std::chrono::steady_clock::now() < by)
     std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(script_->got_finish(5));
+}
+
+TEST_F(SchedulerWithStandIns, AnUnansweredSetupFailsABulkRoomWithAPlainTimeout) {
+  // Room 5 (8 tokens) goes per layer, room 6 (4 tokens) by the bulk path.
+  // Neither setup is answered: room 5's context may exist and must wind
+  // down (writes_in_flight, a finish); room 6 has none, and nothing of it
+  // was sent, so decode need not hold its pages.
+  script_->answer_setup = false;
+  per_layer_min_tokens_ = 8;
+  ASSERT_TRUE(start(true));
+  caf::anon_send(scheduler_, hold_forward{2, 1, caf::timespan{10s}}); // one batch for both
+  auto answers = ask_all({{5, 8}, {6, 4}});
+  EXPECT_TRUE(is(answers[0].status, lserr::writes_in_flight)) << describe(answers[0].status);
+  EXPECT_TRUE(is(answers[1].status, lserr::timeout)) << describe(answers[1].status);
+  EXPECT_TRUE(mentions(answers[1].status, "setup:")) << describe(answers[1].status);
+  // The scheduler sent any finish before it answered: past this barrier the
+  // manager has handled it.
+  caf::scoped_actor self{sys_};
+  self->request(caf::actor_cast<stand_in_manager_actor>(manager_), 10s, caf::get_atom::value)
+      .receive([](caf::ok_atom) {},
+               [](caf::error& err) { ADD_FAILURE() << "no barrier: " << describe(err); });
+  EXPECT_TRUE(script_->got_finish(5));
+  EXPECT_FALSE(script_->got_finish(6));
 }
 
 TEST_F(SchedulerWithStandIns,

@@ -1,0 +1,79 @@
+// watch_critical (node/watch.hpp): the first watched actor down reports its
+// name and reason once; a watcher ended first reports nothing.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "node/watch.hpp"
+
+using namespace layerstream;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Does nothing but live. (It takes an argument: CAF 0.17 spawning a
+/// function without arguments dereferences a null argument tuple.)
+caf::behavior idle(caf::event_based_actor*, int) {
+  return {[](caf::ok_atom) {}};
+}
+
+struct WatchCritical : ::testing::Test {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  caf::actor a = sys.spawn(idle, 1);
+  caf::actor b = sys.spawn(idle, 2);
+  std::mutex mutex;
+  std::vector<std::string> reports;
+
+  caf::actor watch() {
+    return watch_critical(sys, {{"actor a", a}, {"actor b", b}}, [this](std::string why) {
+      std::lock_guard<std::mutex> guard{mutex};
+      reports.push_back(std::move(why));
+    });
+  }
+
+  /// `who` has exited, or does so within 10 s.
+  bool ends(const caf::actor& who) {
+    self->monitor(who);
+    bool down = false;
+    self->receive([&](caf::down_msg& dm) { down = dm.source == who.address(); },
+                  caf::after(10s) >> [] {});
+    return down;
+  }
+
+  ~WatchCritical() override {
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+    self->send_exit(b, caf::exit_reason::user_shutdown);
+  }
+};
+
+} // namespace
+
+TEST_F(WatchCritical, TheFirstActorDownIsReportedOnceByNameAndReason) {
+  auto watcher = watch();
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  ASSERT_TRUE(ends(watcher)) << "the watcher lives on after b went down";
+  self->send_exit(a, caf::exit_reason::user_shutdown);
+  ASSERT_TRUE(ends(a));
+  std::lock_guard<std::mutex> guard{mutex};
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find("actor b is down ("), std::string::npos) << reports[0];
+  EXPECT_NE(reports[0].find("user_shutdown"), std::string::npos) << reports[0];
+}
+
+TEST_F(WatchCritical, AWatcherEndedFirstReportsNothing) {
+  auto watcher = watch();
+  self->send_exit(watcher, caf::exit_reason::user_shutdown);
+  ASSERT_TRUE(ends(watcher));
+  self->send_exit(a, caf::exit_reason::user_shutdown);
+  ASSERT_TRUE(ends(a));
+  std::lock_guard<std::mutex> guard{mutex};
+  EXPECT_TRUE(reports.empty()) << reports.front();
+}
