@@ -504,13 +504,13 @@ void on_transfer_info(self_ptr self, transfer_info& info,
     return refuse(owned.error());
   auto pages = st.pages->allocate(owned->size());
   if (!pages)
-    return refuse(make_error(
-        lserr::bad_input,
-        "prefill pool full: " + describe(pages.error()) +
-            (st.held_pages.empty()
-                 ? std::string{}
-                 : "; " + std::to_string(st.held_pages.size()) +
-                       " pages are held by rooms whose writes may still read them")));
+    return refuse(
+        make_error(lserr::bad_input,
+                   "prefill pool full: " + describe(pages.error()) +
+                       (st.held_pages.empty()
+                            ? std::string{}
+                            : "; " + std::to_string(st.held_pages.size()) +
+                                  " pages are held by rooms whose writes may still read them")));
   prefill_room rs;
   rs.src_pages.assign(total_pages, 0);
   for (uint64_t k = 0; k < owned->size(); ++k)
