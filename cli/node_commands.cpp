@@ -498,6 +498,9 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   gcfg.session_timeout = session_answer_wait(cfg->timeouts.room, cfg->timeouts.submit);
   gcfg.challenge_ttl = std::max<caf::timespan>(cfg->timeouts.connection, std::chrono::seconds(5));
   gcfg.name = "rank " + std::to_string(cfg->prefill.cp_rank);
+  gcfg.rank = rank_facts{cfg->prefill.cp_rank, cfg->cluster.cp_size,
+                         static_cast<uint64_t>(cfg->timeouts.room.count()),
+                         static_cast<uint64_t>(cfg->timeouts.submit.count())};
   auto gate = sys.spawn(gate_impl, std::move(gcfg));
   // A rank without its scheduler, manager, transport or gate serves no room:
   // the first one down ends the process (exit 1, with the reason) through
@@ -618,6 +621,15 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
           LS_ERROR("decode: prefill rank at {}: {}", endpoint, describe(session.error()));
           std::cerr << "layerstream decode: prefill rank at " << endpoint << ": "
                     << describe(session.error()) << "\n";
+          return 1;
+        }
+        const rank_facts want{static_cast<uint32_t>(rank), cfg->cluster.cp_size,
+                              static_cast<uint64_t>(cfg->timeouts.room.count()),
+                              static_cast<uint64_t>(cfg->timeouts.submit.count())};
+        if (auto err = check_rank_facts(session->rank, want)) {
+          LS_ERROR("decode: prefill rank at {}: {}", endpoint, describe(err));
+          std::cerr << "layerstream decode: prefill rank at " << endpoint << ": " << describe(err)
+                    << "\n";
           return 1;
         }
         LS_INFO("decode: authenticated with prefill rank at {}", endpoint);

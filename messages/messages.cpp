@@ -171,6 +171,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<room_status_query>("layerstream::room_status_query");
   cfg.add_message_type<room_status>("layerstream::room_status");
   cfg.add_message_type<auth_hello>("layerstream::auth_hello");
+  cfg.add_message_type<rank_facts>("layerstream::rank_facts");
   cfg.add_message_type<auth_challenge>("layerstream::auth_challenge");
   cfg.add_message_type<auth_proof>("layerstream::auth_proof");
   // The gate answers a good auth_proof with a session handle (node/auth.hpp).

@@ -409,19 +409,42 @@ typename Inspector::result_type inspect(Inspector& f, auth_hello& x) {
   return inspect_fields(f, caf::meta::type_name("auth_hello"), x.client_nonce);
 }
 
+/// What a prefill rank says of itself in its challenge, so that decode can
+/// refuse a rank that does not fit its own config before any room: its place
+/// in the cluster and the timeouts its answers are bounded by.
+struct rank_facts {
+  uint32_t cp_rank = 0;
+  uint32_t cp_size = 0;
+  uint64_t room_ms = 0;
+  uint64_t submit_ms = 0;
+  friend bool operator==(const rank_facts& a, const rank_facts& b) {
+    return a.cp_rank == b.cp_rank && a.cp_size == b.cp_size && a.room_ms == b.room_ms &&
+           a.submit_ms == b.submit_ms;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_facts& x) {
+  return inspect_fields(f, caf::meta::type_name("rank_facts"), x.cp_rank, x.cp_size, x.room_ms,
+                        x.submit_ms);
+}
+
 /// prefill gate -> decode, the answer to auth_hello: the gate's nonce and its
-/// proof that it holds the token (checked before decode sends any key).
+/// proof that it holds the token (checked before decode sends any key), and
+/// the rank's facts.
 struct auth_challenge {
   std::vector<uint8_t> server_nonce;
   std::vector<uint8_t> server_proof;
+  rank_facts rank;
   friend bool operator==(const auth_challenge& a, const auth_challenge& b) {
-    return a.server_nonce == b.server_nonce && a.server_proof == b.server_proof;
+    return a.server_nonce == b.server_nonce && a.server_proof == b.server_proof && a.rank == b.rank;
   }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, auth_challenge& x) {
-  return inspect_fields(f, caf::meta::type_name("auth_challenge"), x.server_nonce, x.server_proof);
+  return inspect_fields(f, caf::meta::type_name("auth_challenge"), x.server_nonce, x.server_proof,
+                        x.rank);
 }
 
 /// decode -> prefill gate: its proof for one challenge (used once). Answered

@@ -221,7 +221,8 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
         }
         auto server_nonce = auth_nonce();
         auth_challenge ch{server_nonce,
-                          auth_mac(st.cfg.token, server_role, hello.client_nonce, server_nonce)};
+                          auth_mac(st.cfg.token, server_role, hello.client_nonce, server_nonce),
+                          st.cfg.rank};
         st.challenges.emplace(server_nonce, gate_state::pending{std::move(hello.client_nonce), node,
                                                                 now + st.cfg.challenge_ttl});
         st.challenge_order.push_back(std::move(server_nonce));
@@ -301,7 +302,24 @@ caf::expected<auth_session> authenticate(caf::actor_system& sys, const gate_acto
     return err;
   if (!session)
     return make_error(lserr::unauthorized, "the prefill answered with no session");
-  return auth_session{std::move(session), session_key_of(token, client_nonce, ch.server_nonce)};
+  return auth_session{std::move(session), session_key_of(token, client_nonce, ch.server_nonce),
+                      ch.rank};
+}
+
+caf::error check_rank_facts(const rank_facts& got, const rank_facts& want) {
+  if (got.cp_size != want.cp_size || got.cp_rank != want.cp_rank)
+    return make_error(lserr::bad_input,
+                      "it is cp_rank " + std::to_string(got.cp_rank) + " of cp_size " +
+                          std::to_string(got.cp_size) + ", decode.prefill lists it as rank " +
+                          std::to_string(want.cp_rank) + " of " + std::to_string(want.cp_size) +
+                          " (list the ranks in cp_rank order, with cluster.cp_size alike)");
+  if (got.room_ms != want.room_ms || got.submit_ms != want.submit_ms)
+    return make_error(lserr::bad_input,
+                      "its timeouts.room_ms / submit_ms are " + std::to_string(got.room_ms) +
+                          " / " + std::to_string(got.submit_ms) + ", this decode's " +
+                          std::to_string(want.room_ms) + " / " + std::to_string(want.submit_ms) +
+                          " (every node of a cluster needs the same [timeouts])");
+  return caf::none;
 }
 
 } // namespace layerstream

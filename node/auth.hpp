@@ -69,6 +69,8 @@ struct gate_config {
   size_t max_pending = 1024;
   /// Sessions kept at once (one per authenticated node; the oldest is closed).
   size_t max_sessions = 256;
+  /// Sent in every challenge.
+  rank_facts rank;
   /// For logs: "rank 0".
   std::string name;
 };
@@ -105,7 +107,17 @@ std::vector<uint8_t> session_key_of(std::string_view token,
 struct auth_session {
   scheduler_actor session;
   std::vector<uint8_t> key;
+  /// What the rank said of itself (check_rank_facts).
+  rank_facts rank;
 };
+
+/// Whether the rank decode lists at `want.cp_rank` in decode.prefill, with
+/// decode's own cp_size and timeouts in `want`, said the same of itself in
+/// `got`; otherwise bad_input naming the difference. A rank listed out of
+/// order would fail every room at its first answer, after its writes; one
+/// whose timeouts differ can answer after decode gave up on it, which then
+/// holds the room's pages until it restarts.
+caf::error check_rank_facts(const rank_facts& got, const rank_facts& want);
 
 /// Decode side: runs the handshake with `gate` (each step bounded by
 /// `timeout`) and returns the session to send transfer_info to. Fails with

@@ -48,7 +48,7 @@ struct AuthTest : ::testing::Test {
     self->send_exit(scheduler, caf::exit_reason::user_shutdown);
   }
 
-  /// A gate with the test's token in front of `to`.
+  /// A gate with the test's token in front of `to`, rank 1 of 2.
   gate_actor spawn_gate(const scheduler_actor& to, std::string name,
                         caf::timespan session_timeout = gate_config{}.session_timeout) {
     gate_config g;
@@ -56,6 +56,7 @@ struct AuthTest : ::testing::Test {
     g.scheduler = to;
     g.name = std::move(name);
     g.session_timeout = session_timeout;
+    g.rank = rank_facts{1, 2, 60000, 10000};
     return sys.spawn(gate_impl, g);
   }
 
@@ -160,6 +161,26 @@ TEST_F(AuthTest, TheGateOutlivesTheSessionsItCloses) {
   auto got = forward(self, third->session, 46, third->key);
   ASSERT_TRUE(got) << describe(got.error());
   EXPECT_EQ(got->room, 46u);
+}
+
+TEST_F(AuthTest, DecodeLearnsTheRanksPlaceAndTimeoutsAndRefusesOnesThatDoNotFit) {
+  auto session = authenticate(sys, gate, token, timeout);
+  ASSERT_TRUE(session) << describe(session.error());
+  EXPECT_EQ(session->rank, (rank_facts{1, 2, 60000, 10000}));
+  EXPECT_FALSE(check_rank_facts(session->rank, rank_facts{1, 2, 60000, 10000}));
+  auto listed_first = check_rank_facts(session->rank, rank_facts{0, 2, 60000, 10000});
+  EXPECT_TRUE(is(listed_first, lserr::bad_input));
+  EXPECT_NE(describe(listed_first)
+                .find("it is cp_rank 1 of cp_size 2, decode.prefill lists it as rank 0 of 2"),
+            std::string::npos)
+      << describe(listed_first);
+  EXPECT_TRUE(check_rank_facts(session->rank, rank_facts{1, 4, 60000, 10000}));
+  auto shorter = check_rank_facts(session->rank, rank_facts{1, 2, 30000, 10000});
+  EXPECT_NE(describe(shorter).find(
+                "its timeouts.room_ms / submit_ms are 60000 / 10000, this decode's 30000 / 10000"),
+            std::string::npos)
+      << describe(shorter);
+  EXPECT_TRUE(check_rank_facts(session->rank, rank_facts{1, 2, 60000, 9000}));
 }
 
 TEST_F(AuthTest, AnExitFromNoActorStopsNeitherTheGateNorASession) {
