@@ -37,6 +37,14 @@ namespace layerstream::cli {
 
 namespace {
 
+/// What rank `cp_rank` of a cluster configured by `cfg` says of itself in
+/// its challenge (prefill), and what decode expects of the rank it lists at
+/// that place.
+rank_facts rank_facts_of(const deployment_config& cfg, uint32_t cp_rank) {
+  return rank_facts{cp_rank, cfg.cluster.cp_size, static_cast<uint64_t>(cfg.timeouts.room.count()),
+                    static_cast<uint64_t>(cfg.timeouts.submit.count())};
+}
+
 /// The config for `role`: loaded and validated, or printed and nullopt.
 std::optional<deployment_config> load(const std::string& path, config_role role,
                                       const std::function<void(deployment_config&)>& tweak = {}) {
@@ -498,9 +506,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   gcfg.session_timeout = session_answer_wait(cfg->timeouts.room, cfg->timeouts.submit);
   gcfg.challenge_ttl = std::max<caf::timespan>(cfg->timeouts.connection, std::chrono::seconds(5));
   gcfg.name = "rank " + std::to_string(cfg->prefill.cp_rank);
-  gcfg.rank = rank_facts{cfg->prefill.cp_rank, cfg->cluster.cp_size,
-                         static_cast<uint64_t>(cfg->timeouts.room.count()),
-                         static_cast<uint64_t>(cfg->timeouts.submit.count())};
+  gcfg.rank = rank_facts_of(*cfg, cfg->prefill.cp_rank);
   auto gate = sys.spawn(gate_impl, std::move(gcfg));
   // A rank without its scheduler, manager, transport or gate serves no room:
   // the first one down ends the process (exit 1, with the reason) through
@@ -623,10 +629,8 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
                     << describe(session.error()) << "\n";
           return 1;
         }
-        const rank_facts want{static_cast<uint32_t>(rank), cfg->cluster.cp_size,
-                              static_cast<uint64_t>(cfg->timeouts.room.count()),
-                              static_cast<uint64_t>(cfg->timeouts.submit.count())};
-        if (auto err = check_rank_facts(session->rank, want)) {
+        if (auto err =
+                check_rank_facts(session->rank, rank_facts_of(*cfg, static_cast<uint32_t>(rank)))) {
           LS_ERROR("decode: prefill rank at {}: {}", endpoint, describe(err));
           std::cerr << "layerstream decode: prefill rank at " << endpoint << ": " << describe(err)
                     << "\n";

@@ -30,7 +30,7 @@ uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
 const remote_region* region_holding(const std::vector<remote_region>& regions, uint64_t addr,
                                     uint64_t len) {
   for (const auto& r : regions)
-    if (addr >= r.base && len <= r.length && addr - r.base <= r.length - len)
+    if (range_contains(r.base, r.length, addr, len))
       return &r;
   return nullptr;
 }
@@ -42,7 +42,7 @@ bool page_span(uint64_t base, uint64_t first, uint64_t count, uint64_t page_len,
   uint64_t offset = 0;
   return !__builtin_mul_overflow(first, page_len, &offset) &&
          !__builtin_mul_overflow(count, page_len, &len) &&
-         !__builtin_add_overflow(base, offset, &addr) && len - 1 <= UINT64_MAX - addr;
+         !__builtin_add_overflow(base, offset, &addr) && range_fits(addr, len);
 }
 
 /// Every page the room's KV goes to, in every layer and buffer, lies inside

@@ -15,11 +15,6 @@ bool add_overflows(uint64_t a, uint64_t b, uint64_t& out) {
   return __builtin_add_overflow(a, b, &out);
 }
 
-/// True if [addr, addr + len) lies below 2^64 (the last byte is addressable).
-bool range_fits(uint64_t addr, uint64_t len) {
-  return len == 0 || len - 1 <= UINT64_MAX - addr;
-}
-
 /// Appends the blocks of one buffer (K, V or MLA) of one layer.
 caf::error append_buffer(const transfer_plan& plan, uint64_t src_base, uint64_t dst_base,
                          uint64_t item_len, const char* which, uint64_t layer,

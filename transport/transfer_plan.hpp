@@ -18,6 +18,16 @@
 
 namespace layerstream {
 
+/// True if [addr, addr + len) lies below 2^64 (the last byte is addressable).
+inline bool range_fits(uint64_t addr, uint64_t len) {
+  return len == 0 || len - 1 <= UINT64_MAX - addr;
+}
+
+/// True if [addr, addr + len) lies inside [base, base + length).
+inline bool range_contains(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
+  return addr >= base && len <= length && addr - base <= length - len;
+}
+
 /// One RMA write: `len` bytes from prefill address `src` to decode address `dst`.
 struct block {
   uint64_t src = 0;

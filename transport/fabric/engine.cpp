@@ -75,10 +75,6 @@ bool per_op_error(int err) {
   }
 }
 
-bool contains(uint64_t base, uint64_t length, uint64_t addr, uint64_t len) {
-  return addr >= base && len <= length && addr - base <= length - len;
-}
-
 } // namespace
 
 struct engine::peer_state {
@@ -261,7 +257,7 @@ caf::error engine::submit(uint64_t id, peer_index peer, block_span blocks) {
       };
       const remote_range* dst = nullptr;
       for (const auto& r : p.regions)
-        if (contains(r.base, r.length, b.dst, b.len)) {
+        if (range_contains(r.base, r.length, b.dst, b.len)) {
           dst = &r;
           break;
         }
