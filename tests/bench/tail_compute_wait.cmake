@@ -25,12 +25,5 @@ foreach(i 0 1)
   endif()
 endforeach()
 
-execute_process(COMMAND ${LAYERSTREAM} bench tail --quick --compute-wait nap
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2)
-  message(FATAL_ERROR "--compute-wait nap: exit ${rc}, expected 2\n${out}${err}")
-endif()
-string(FIND "${err}" "model.compute_wait: unknown value \"nap\"; one of \"spin\", \"sleep\"" at)
-if(at LESS 0)
-  message(FATAL_ERROR "--compute-wait nap: stderr does not say why:\n${err}")
-endif()
+expect_tail_refused("model.compute_wait: unknown value \"nap\"; one of \"spin\", \"sleep\""
+                    --quick --compute-wait nap)
