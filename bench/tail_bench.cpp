@@ -208,8 +208,9 @@ struct forward_alone {
 /// The same forward with no notifier and no transfer at all: every CP rank's
 /// forward thread at once (same rooms, KV writes and compute as in the
 /// cluster runs), one pool per rank. The slowdown baseline (the slowest rank).
-std::optional<forward_alone> forward_alone_ms(std::vector<std::unique_ptr<prefill_device>>& devices,
-                                              const deployment_config& cfg) {
+std::optional<forward_alone>
+run_forward_alone(std::vector<std::unique_ptr<prefill_device>>& devices,
+                  const deployment_config& cfg) {
   const auto& w = cfg.workload;
   const uint64_t ps = cfg.model.page_size;
   const uint64_t pages = (w.max_tokens + ps - 1) / ps;
@@ -508,7 +509,7 @@ std::optional<bench_row> run_config(const tail_bench_options& o, const bench_sha
     for (size_t k = 0; ok && k <= runs.size(); ++k) {
       const size_t which = (k + static_cast<size_t>(std::max(rep, 0))) % (runs.size() + 1);
       if (which == runs.size()) {
-        auto alone = forward_alone_ms(alone_devices, *bulk_cfg);
+        auto alone = run_forward_alone(alone_devices, *bulk_cfg);
         if (!alone) {
           why = "the no-transfer forward did not end";
           ok = false;

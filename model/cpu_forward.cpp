@@ -8,11 +8,14 @@
 
 namespace layerstream {
 
-void spin_for(std::chrono::microseconds d) {
-  auto until = std::chrono::steady_clock::now() + d;
+void spin_until(std::chrono::steady_clock::time_point until) {
   while (std::chrono::steady_clock::now() < until) {
     // busy
   }
+}
+
+void spin_for(std::chrono::microseconds d) {
+  spin_until(std::chrono::steady_clock::now() + d);
 }
 
 caf::expected<compute_wait> parse_compute_wait(const std::string& text) {
@@ -34,9 +37,7 @@ void pass_compute(std::chrono::steady_clock::time_point until, compute_wait wait
     if (std::chrono::steady_clock::now() < wake)
       std::this_thread::sleep_until(wake);
   }
-  while (std::chrono::steady_clock::now() < until) {
-    // busy
-  }
+  spin_until(until);
 }
 
 } // namespace

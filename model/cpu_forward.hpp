@@ -54,7 +54,10 @@ class cpu_forward final : public forward_thread {
   compute_wait wait_;
 };
 
-/// Busy-waits for `d` (a stand-in for GPU work that keeps the thread busy).
+/// Busy-waits until `until` (a stand-in for GPU work that keeps the thread busy).
+void spin_until(std::chrono::steady_clock::time_point until);
+
+/// Busy-waits for `d`.
 void spin_for(std::chrono::microseconds d);
 
 } // namespace layerstream
