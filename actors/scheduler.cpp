@@ -39,11 +39,27 @@ caf::expected<transfer_plan> chunk_plan(const scheduler_state& st, const prefill
                             {st.cfg.cp_size, st.cfg.cp_rank, p0, rs.info.dst_pages.size()});
 }
 
+/// One chunk's nominal forward, saturating at the room's time (a day at
+/// most, config/loader.cpp).
+std::chrono::steady_clock::duration forward_of(const scheduler_state& st) {
+  using clock = std::chrono::steady_clock;
+  return std::min<clock::duration>(
+      std::chrono::duration_cast<clock::duration>(st.cfg.timeouts.room),
+      forward_time(st.cfg.model.layers, st.cfg.model.layer_compute));
+}
+
 /// Prefill (src) and decode (dst) base pointers of every layer.
 kv_pointers pointers_of(const scheduler_state& st, const prefill_room& rs) {
   return kv_pointers{st.src_k_ptrs, rs.info.dst_k_ptrs, st.src_v_ptrs, rs.info.dst_v_ptrs,
                      rs.info.item_lens};
 }
+
+void admit_page_waiters(self_ptr self);
+void connect_room(self_ptr self, room_id room);
+
+/// Rooms that may wait for src pages at once; more are refused (each holds
+/// its transfer_info and decode's answer meanwhile).
+constexpr size_t max_page_waiters = size_t{1} << 16;
 
 /// Settles a room: answers decode and frees its pages.
 void settle_room(self_ptr self, room_id room, caf::error status) {
@@ -60,6 +76,7 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
     ++st.stats.rooms_complete;
   }
   const bool may_still_read = is(status, lserr::writes_in_flight);
+  bool freed = false; // pages back in the pool: a waiting room may take them
   rs.promise.deliver(kv_ready{room, st.cfg.cp_rank, std::move(status), rs.bytes});
   auto& od = st.overdue;
   if (may_still_read) {
@@ -69,39 +86,47 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
             st.cfg.cp_rank, room, rs.owned_pages.size(), st.held_pages.size());
   } else if (od && std::find(od->rooms.begin(), od->rooms.end(), room) != od->rooms.end())
     od->pages.insert(od->pages.end(), rs.owned_pages.begin(), rs.owned_pages.end());
-  else
+  else {
     st.pages->release(rs.owned_pages);
+    freed = !rs.owned_pages.empty();
+  }
   st.rooms.erase(i);
+  if (freed)
+    admit_page_waiters(self);
 }
 
 void try_start_batch(self_ptr self);
 
-/// Why a queued room must not start another chunk, if it must not: decode
+/// The last moment a queued room may start another chunk: decode
 /// fails the room timeouts.room after it asked, so a chunk starts only while
 /// its forward (model.layers x layer_compute) and a tenth of the room's time
 /// for the writes after it still fit in that time.
 /// (Not a whole timeouts.submit: that is a write's deadline, not its
 /// expected time, and would refuse rooms that finish with seconds to spare.)
 /// A start is never cut below half the room's time, whatever the shape says.
-caf::error expired(const scheduler_state& st, const prefill_room& rs,
-                   std::chrono::steady_clock::time_point now) {
+std::chrono::steady_clock::time_point start_by(const scheduler_state& st, const prefill_room& rs) {
   using clock = std::chrono::steady_clock;
-  const auto& t = st.cfg.timeouts;
-  const auto room = std::chrono::duration_cast<clock::duration>(t.room);
-  // Saturating at the room's time (a day at most, config/loader.cpp).
-  const auto forward = std::min<clock::duration>(
-      room, forward_time(st.cfg.model.layers, st.cfg.model.layer_compute));
-  const auto start_by = rs.arrived + std::max(room - forward - room / 10, room / 2);
-  if (now <= start_by)
+  const auto room = std::chrono::duration_cast<clock::duration>(st.cfg.timeouts.room);
+  return rs.arrived + std::max(room - forward_of(st) - room / 10, room / 2);
+}
+
+std::string ms_of(std::chrono::steady_clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+}
+
+/// Why the room must not start another chunk now, if it must not; `waited`
+/// says what for.
+caf::error expired(const scheduler_state& st, const prefill_room& rs,
+                   std::chrono::steady_clock::time_point now,
+                   const std::string& waited = "a forward") {
+  if (now <= start_by(st, rs))
     return caf::none;
-  auto ms = [](auto d) {
-    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
-  };
-  return make_error(lserr::timeout,
-                    "room waited " + ms(now - rs.arrived) + " ms for a forward (next token " +
-                        std::to_string(rs.next_token) + "); too late to start a forward of about " +
-                        ms(forward) + " ms and its writes before decode's timeouts.room (" +
-                        ms(room) + " ms) ends: not started");
+  return make_error(lserr::timeout, "room waited " + ms_of(now - rs.arrived) + " ms for " + waited +
+                                        " (next token " + std::to_string(rs.next_token) +
+                                        "); too late to start a forward of about " +
+                                        ms_of(forward_of(st)) +
+                                        " ms and its writes before decode's timeouts.room (" +
+                                        ms_of(st.cfg.timeouts.room) + " ms) ends: not started");
 }
 
 /// A room's chunk of batch `batch_id` finished its transfer; its last byte
@@ -302,7 +327,8 @@ void on_forward_deadline(self_ptr self, uint64_t batch) {
            rooms.size());
   st.overdue = scheduler_state::overdue_forward{batch, rooms, {}, reason};
   fail_batch(self, batch, reason, rooms);
-  try_start_batch(self); // refuses what is queued
+  admit_page_waiters(self); // refuses the waiting rooms
+  try_start_batch(self);    // refuses what is queued
 }
 
 void on_batch_done(self_ptr self, const batch_done& msg) {
@@ -324,6 +350,7 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
             st.overdue->pages.size());
     st.pages->release(st.overdue->pages);
     st.overdue.reset();
+    admit_page_waiters(self);
     try_start_batch(self);
     return;
   }
@@ -502,28 +529,83 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   auto owned = owned_positions(total_pages, st.cfg.cp_size, st.cfg.cp_rank);
   if (!owned)
     return refuse(owned.error());
-  auto pages = st.pages->allocate(owned->size());
-  if (!pages)
+  // Pages in the pool, the held ones aside: a room needing more never fits.
+  const uint64_t usable = st.device->layout().pages() - st.held_pages.size();
+  if (owned->size() > usable)
+    return refuse(make_error(
+        lserr::bad_input,
+        "prefill pool full: the room needs " + std::to_string(owned->size()) +
+            " src pages on this rank, the pool has " + std::to_string(usable) +
+            (st.held_pages.empty() ? std::string{" pages"}
+                                   : " pages besides the " + std::to_string(st.held_pages.size()) +
+                                         " held by rooms whose writes may still read them")));
+  if (st.page_wait.size() >= max_page_waiters)
     return refuse(
-        make_error(lserr::bad_input,
-                   "prefill pool full: " + describe(pages.error()) +
-                       (st.held_pages.empty()
-                            ? std::string{}
-                            : "; " + std::to_string(st.held_pages.size()) +
-                                  " pages are held by rooms whose writes may still read them")));
+        make_error(lserr::bad_input, "prefill pool full: " + std::to_string(st.page_wait.size()) +
+                                         " rooms already wait for pages on this rank"));
   prefill_room rs;
   rs.src_pages.assign(total_pages, 0);
-  for (uint64_t k = 0; k < owned->size(); ++k)
-    rs.src_pages[owned->begin + k] = (*pages)[k];
-  rs.owned_pages = std::move(*pages);
   rs.owned = *owned;
   rs.per_layer =
       st.cfg.transfer.per_layer && info.prompt_tokens >= st.cfg.transfer.per_layer_min_tokens;
   rs.arrived = std::chrono::steady_clock::now();
   rs.promise = rp;
   rs.info = std::move(info);
-  auto peer = rs.info.decode;
+  rs.waiting_for_pages = true;
   st.rooms.emplace(room, std::move(rs));
+  st.page_wait.push_back(room);
+  admit_page_waiters(self);
+  auto i = st.rooms.find(room);
+  if (i == st.rooms.end() || !i->second.waiting_for_pages)
+    return; // it took its pages
+  ++st.stats.rooms_waited_for_pages;
+  LS_INFO("rank {}: room {} waits for {} src pages ({} free, {} rooms wait)", st.cfg.cp_rank, room,
+          owned->size(), st.pages->free_pages(), st.page_wait.size());
+  const auto wait = start_by(st, i->second) - std::chrono::steady_clock::now();
+  self->delayed_send(self, std::max(wait, std::chrono::steady_clock::duration{0}),
+                     page_wait_deadline_atom::value, room);
+}
+
+/// Gives the waiting rooms, in arrival order, the pages they need while the
+/// pool has them; each then connects to its decode peer and queues. Stops at
+/// the first that does not fit. While a forward is overdue the rank refuses
+/// every request: so the waiting rooms fail with its reason.
+void admit_page_waiters(self_ptr self) {
+  auto& st = self->state;
+  while (!st.page_wait.empty()) {
+    const auto room = st.page_wait.front();
+    auto i = st.rooms.find(room);
+    if (i == st.rooms.end() || !i->second.waiting_for_pages) {
+      st.page_wait.pop_front(); // settled while waiting
+      continue;
+    }
+    auto& rs = i->second;
+    if (st.overdue) {
+      st.page_wait.pop_front();
+      settle_room(self, room, st.overdue->reason);
+      continue;
+    }
+    if (auto late = expired(st, rs, std::chrono::steady_clock::now(), "prefill pages")) {
+      st.page_wait.pop_front();
+      settle_room(self, room, std::move(late));
+      continue;
+    }
+    auto pages = st.pages->allocate(rs.owned.size());
+    if (!pages)
+      return;
+    st.page_wait.pop_front();
+    for (uint64_t k = 0; k < pages->size(); ++k)
+      rs.src_pages[rs.owned.begin + k] = (*pages)[k];
+    rs.owned_pages = std::move(*pages);
+    rs.waiting_for_pages = false;
+    connect_room(self, room);
+  }
+}
+
+/// A room with its pages: reach its decode peer, then queue it for a batch.
+void connect_room(self_ptr self, room_id room) {
+  auto& st = self->state;
+  auto peer = st.rooms.at(room).info.decode;
   self->request(st.transport, st.cfg.timeouts.room, connect_peer{std::move(peer)})
       .then(
           [self, room](peer_id id) {
@@ -538,6 +620,22 @@ void on_transfer_info(self_ptr self, transfer_info& info,
             settle_room(self, room,
                         make_error(lserr::peer_lost, "connect to decode: " + describe(err)));
           });
+}
+
+/// Room `room` waited for pages until the last moment it could start.
+void on_page_wait_deadline(self_ptr self, room_id room) {
+  auto& st = self->state;
+  auto i = st.rooms.find(room);
+  if (i == st.rooms.end() || !i->second.waiting_for_pages)
+    return; // it took its pages, or settled
+  const auto now = std::chrono::steady_clock::now();
+  auto why = expired(st, i->second, now, "prefill pages");
+  if (!why) // a timer that fired a hair early: the start rule's own text
+    why = make_error(lserr::timeout, "room waited " + ms_of(now - i->second.arrived) +
+                                         " ms for prefill pages: too late to start");
+  LS_WARN("rank {}: room {}: {} src pages never came free ({} free)", st.cfg.cp_rank, room,
+          i->second.owned.size(), st.pages->free_pages());
+  settle_room(self, room, std::move(why));
 }
 
 } // namespace
@@ -596,6 +694,7 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
       },
       [self](const batch_done& msg) { on_batch_done(self, msg); },
       [self](forward_deadline_atom, uint64_t batch) { on_forward_deadline(self, batch); },
+      [self](page_wait_deadline_atom, room_id room) { on_page_wait_deadline(self, room); },
       [self](const hold_forward& msg) {
         auto& st = self->state;
         if (msg.rooms > 0) {

@@ -11,6 +11,8 @@
 //   hold_forward                local (bench tail): start no batch until N
 //                               requests are queued (one-shot, with a deadline)
 //   forward_deadline_atom, N   local: batch N's forward has run timeouts.room
+//   page_wait_deadline_atom, R local: room R, still waiting for src pages,
+//                               can no longer start in time: it fails
 //   stats_query -> scheduler_stats
 //
 // Per batch: setup (manager) -> forward (the device's forward thread; the notifier
@@ -24,7 +26,9 @@
 // never sent again; a failed layer fails the room closed. The next
 // batch's forward starts as soon as the previous forward ended; its transfers
 // overlap. The scheduler owns its src page allocator; pages return when the
-// room settles.
+// room settles. A request that finds too few free pages waits for them, in
+// arrival order, until it could no longer start in time; one that would not
+// fit even in an empty pool is refused at once.
 // A batch whose forward reports a status (batch_done.status: the device did
 // not write its KV) fails every room in it with lserr::event_failed; its
 // per-layer rooms are finished first (so their posted writes have ended, or
@@ -65,9 +69,13 @@ namespace layerstream {
 /// Local: the deadline of batch N's forward (sent to itself when it starts).
 using forward_deadline_atom = caf::atom_constant<caf::atom("fwddue")>;
 
+/// Local: the last moment room R, waiting for src pages, could still start.
+using page_wait_deadline_atom = caf::atom_constant<caf::atom("pgwaitdue")>;
+
 using scheduler_full_actor =
     scheduler_actor::extend<caf::reacts_to<batch_done>, caf::reacts_to<hold_forward>,
                             caf::reacts_to<forward_deadline_atom, uint64_t>,
+                            caf::reacts_to<page_wait_deadline_atom, room_id>,
                             caf::replies_to<stats_query>::with<scheduler_stats>>;
 
 struct scheduler_config {
@@ -103,6 +111,8 @@ struct prefill_room {
   uint64_t bytes = 0;
   /// Set while a chunk is in a batch (forward or transfer).
   bool busy = false;
+  /// In scheduler_state::page_wait: it holds no pages yet.
+  bool waiting_for_pages = false;
   /// When its transfer_info arrived: decode fails the room timeouts.room
   /// after it sent it.
   std::chrono::steady_clock::time_point arrived;
@@ -139,6 +149,11 @@ struct scheduler_state {
   /// Why the device could not make a forward (every request is refused).
   caf::error forward_error;
   std::map<room_id, prefill_room> rooms;
+  /// Rooms that arrived to too few free src pages, in arrival order: each
+  /// takes its pages once the rooms ahead of it have theirs, or fails when
+  /// it could no longer start in time (`expired`). A room arriving while any
+  /// wait is queued behind them, so that a large room is not starved.
+  std::deque<room_id> page_wait;
   std::deque<room_id> queue;
   std::map<uint64_t, batch_state> batches;
   uint64_t next_batch = 1;

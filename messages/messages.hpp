@@ -537,12 +537,15 @@ struct scheduler_stats {
   uint64_t rooms_open = 0;
   uint64_t pages_free = 0;
   uint64_t pages_total = 0;
+  /// Rooms that found too few free src pages on arrival and waited for
+  /// settling rooms to free them (in arrival order).
+  uint64_t rooms_waited_for_pages = 0;
   friend bool operator==(const scheduler_stats& a, const scheduler_stats& b) {
     return a.rooms_complete == b.rooms_complete && a.rooms_failed == b.rooms_failed &&
            a.bytes == b.bytes && a.forward_ns == b.forward_ns && a.tail_ns == b.tail_ns &&
            a.settled_tail_ns == b.settled_tail_ns && a.notify_ns == b.notify_ns &&
            a.rooms_open == b.rooms_open && a.pages_free == b.pages_free &&
-           a.pages_total == b.pages_total;
+           a.pages_total == b.pages_total && a.rooms_waited_for_pages == b.rooms_waited_for_pages;
   }
 };
 
@@ -550,7 +553,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return inspect_fields(f, caf::meta::type_name("scheduler_stats"), x.rooms_complete,
                         x.rooms_failed, x.bytes, x.forward_ns, x.tail_ns, x.settled_tail_ns,
-                        x.notify_ns, x.rooms_open, x.pages_free, x.pages_total);
+                        x.notify_ns, x.rooms_open, x.pages_free, x.pages_total,
+                        x.rooms_waited_for_pages);
 }
 
 // -- receiver (decode rank) --------------------------------------------------

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -64,7 +65,7 @@ struct held_answers {
 /// What the stand-in manager answers, and the finishes it got.
 struct manager_script {
   bool answer_setup = true;
-  bool answer_finish = false;
+  std::atomic<bool> answer_finish{false}; // a test may turn it on midway
   /// An answered finish says the room was delivered when the finish came,
   /// and goes out this much later.
   caf::timespan finish_delay{0};
@@ -210,8 +211,9 @@ class SchedulerWithStandIns : public ::testing::Test {
   /// The same request for `room` to the scheduler `start` spawned.
   kv_ready ask_again(room_id room) { return ask_all({{room, 8}}).front(); }
 
-  /// Requests for `rooms` (id, prompt tokens: 4 a page), all sent before
-  /// the first answer is awaited; their answers in that order.
+  /// Requests for `rooms` (id, prompt tokens: 4 a page; decode pages 3, 1,
+  /// then 4, 5, ...), all sent before the first answer is awaited; their
+  /// answers in that order.
   std::vector<kv_ready> ask_all(const std::vector<std::pair<room_id, uint64_t>>& rooms) {
     caf::scoped_actor self{sys_};
     std::vector<decltype(self->request(scheduler_, 30s, info_))> asked;
@@ -220,6 +222,8 @@ class SchedulerWithStandIns : public ::testing::Test {
       info.room = room;
       info.prompt_tokens = tokens;
       info.dst_pages.resize((tokens + 3) / 4);
+      for (size_t k = 2; k < info.dst_pages.size(); ++k)
+        info.dst_pages[k] = k + 2;
       asked.push_back(self->request(scheduler_, 30s, std::move(info)));
     }
     std::vector<kv_ready> out(rooms.size());
@@ -475,3 +479,53 @@ TEST_F(SchedulerWithStandIns, ARoomWhoseDecodePagesAreBadIsRefusedBeforeItTakesA
 }
 
 } // namespace
+
+TEST_F(SchedulerWithStandIns, ARoomThatFindsTooFewFreePagesWaitsForThemInArrivalOrder) {
+  script_->answer_finish = true;
+  ASSERT_TRUE(start(true));
+  // Room 5 takes 10 of the 16 pages. Room 6 needs 10 and waits for room 5
+  // to settle. Room 7 needs 1, which is free, but it came after room 6: it
+  // waits behind it, so that a large room is not starved by small ones.
+  auto answers = ask_all({{5, 40}, {6, 40}, {7, 4}});
+  for (const auto& ready : answers)
+    EXPECT_FALSE(ready.status) << ready.room << ": " << describe(ready.status);
+  auto s = stats();
+  EXPECT_EQ(s.rooms_complete, 3u);
+  EXPECT_EQ(s.rooms_failed, 0u);
+  EXPECT_EQ(s.rooms_waited_for_pages, 2u);
+  EXPECT_EQ(s.pages_free, s.pages_total);
+  EXPECT_EQ(s.rooms_open, 0u);
+}
+
+TEST_F(SchedulerWithStandIns, AWaitingRoomFailsWhenItCouldNoLongerStartAndNoRoomWaitsInVain) {
+  // Room 5 (10 of 16 pages) never hears its finish answered: it fails with
+  // writes_in_flight after the finish wait (3 s), and its pages stay held.
+  // Room 6 (10 pages) waits for them until it could no longer start in
+  // timeouts.room (1 s): it fails first, with a plain timeout, and decode
+  // may reuse its pages.
+  ASSERT_TRUE(start(true));
+  auto answers = ask_all({{5, 40}, {6, 40}});
+  EXPECT_TRUE(is(answers[0].status, lserr::writes_in_flight)) << describe(answers[0].status);
+  EXPECT_TRUE(is(answers[1].status, lserr::timeout)) << describe(answers[1].status);
+  EXPECT_TRUE(mentions(answers[1].status, "ms for prefill pages")) << describe(answers[1].status);
+  EXPECT_TRUE(mentions(answers[1].status, "not started")) << describe(answers[1].status);
+  EXPECT_FALSE(script_->got_finish(6)); // never in a batch
+
+  // With room 5's 10 pages held for good, a room needing 7 would wait in
+  // vain: it is refused at once, and so is one larger than the pool.
+  auto refused = ask_all({{7, 28}, {8, 68}});
+  EXPECT_TRUE(is(refused[0].status, lserr::bad_input)) << describe(refused[0].status);
+  EXPECT_TRUE(mentions(refused[0].status,
+                       "needs 7 src pages on this rank, the pool has 6 pages besides the 10 held"))
+      << describe(refused[0].status);
+  EXPECT_TRUE(is(refused[1].status, lserr::bad_input)) << describe(refused[1].status);
+  EXPECT_TRUE(mentions(refused[1].status, "needs 17 src pages")) << describe(refused[1].status);
+  auto s = stats();
+  EXPECT_EQ(s.rooms_waited_for_pages, 1u);
+  EXPECT_EQ(s.pages_free + 10, s.pages_total);
+  EXPECT_EQ(s.rooms_open, 0u);
+  // A room that fits still runs.
+  script_->answer_finish = true;
+  auto served = ask_all({{9, 24}}).front();
+  EXPECT_FALSE(served.status) << describe(served.status);
+}
