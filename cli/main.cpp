@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   std::string prefill_config;
   std::optional<std::string> prefill_log;
   auto* prefill = app.add_subcommand(
-      "prefill", "One prefill rank: publish its scheduler and serve until SIGINT/SIGTERM");
+      "prefill",
+      "One prefill rank: publish its authentication gate and serve until SIGINT/SIGTERM");
   prefill->add_option("--config", prefill_config, "TOML config of this rank")->required();
   add_optional(prefill, "--log-level", prefill_log, "trace, debug, info, warn, error, off");
 

@@ -264,8 +264,11 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
                      {"failures", rep.failures}};
     if (!digest.empty())
       j["pool_digest"] = digest;
+    // Failure texts come from peers: bytes that are not UTF-8 are replaced,
+    // not thrown on. Closed before the check, so that a full disk is seen.
     std::ofstream out{json_path};
-    out << j.dump(2) << "\n";
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out.close();
     if (!out) {
       std::cerr << "layerstream: cannot write " << json_path << "\n";
       return 1;
@@ -286,10 +289,13 @@ network_scope scope_of(const deployment_config& cfg) {
   return cfg.cluster.network == "deployment" ? network_scope::deployment : network_scope::test;
 }
 
-/// The flag is already in cfg.log.level (each command's load() override), so
-/// validate_for() has refused an unknown level with exit 2 before this runs.
-void apply_log_level(const deployment_config& cfg) {
+/// Sets the level and logs the config the process runs with (debug: every
+/// key, the token redacted). The flag is already in cfg.log.level (each
+/// command's load() override), so validate_for() has refused an unknown
+/// level with exit 2 before this runs.
+void start_log(const deployment_config& cfg) {
   log::set_level(cfg.log.level);
+  LS_DEBUG("effective config (file and command-line flags):\n{}", to_toml(cfg));
 }
 
 /// The load() override of `--log-level`, for the commands with no other flags.
@@ -329,7 +335,7 @@ int run_demo(const demo_options& opts) {
   });
   if (!cfg)
     return 2;
-  apply_log_level(*cfg);
+  start_log(*cfg);
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "demo"))
     return 2;
   std::shared_ptr<trace_recorder> trace;
@@ -388,7 +394,7 @@ int run_soak(const soak_options& opts) {
   });
   if (!cfg)
     return 2;
-  apply_log_level(*cfg);
+  start_log(*cfg);
   if (!address_ok(check_local_address(cfg->fabric.bind_address), "bench soak"))
     return 2;
   system_config scfg{*cfg, false};
@@ -480,7 +486,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
     return 2;
   if (!tls_ready(*cfg, "prefill"))
     return 2;
-  apply_log_level(*cfg);
+  start_log(*cfg);
   // Where this process may bind, checked before any socket or endpoint opens.
   if (!address_ok(check_bind(cfg->prefill.host, scope_of(*cfg)), "prefill") ||
       !address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "prefill"))
@@ -589,7 +595,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     return 2;
   if (!tls_ready(*cfg, "decode"))
     return 2;
-  apply_log_level(*cfg);
+  start_log(*cfg);
   // Where this process may bind and connect, checked before any socket opens.
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode"))
     return 2;

@@ -45,7 +45,7 @@ struct demo_options {
 /// completed bit-exactly; 1 otherwise; 2 for a bad config.
 int run_demo(const demo_options& opts);
 
-/// One prefill rank: publishes its scheduler and serves until SIGINT/SIGTERM.
+/// One prefill rank: publishes its authentication gate and serves until SIGINT/SIGTERM.
 int run_prefill(const std::string& config_path, std::optional<std::string> log_level);
 
 /// One decode node: connects to every prefill rank, runs the workload,

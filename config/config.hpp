@@ -83,7 +83,7 @@ struct timeouts_config {
 
 /// [prefill]: one rank of the prefill cluster.
 struct prefill_config {
-  /// Control-plane address and port this rank publishes its scheduler on.
+  /// Control-plane address and port this rank publishes its authentication gate on.
   std::string host = "127.0.0.1";
   uint16_t port = 0;
   uint32_t cp_rank = 0;

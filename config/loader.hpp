@@ -47,7 +47,7 @@ using config_result = std::variant<deployment_config, config_error>;
 enum class config_role {
   /// Prefill and decode in one process (`layerstream demo`).
   demo,
-  /// One prefill rank (publishes its scheduler on prefill.host:prefill.port).
+  /// One prefill rank (publishes its authentication gate on prefill.host:prefill.port).
   prefill,
   /// One decode node (connects to every decode.prefill endpoint).
   decode,

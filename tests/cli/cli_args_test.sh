@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Command-line values the parser would otherwise take silently: each is
 # refused with exit 2 and a message naming what is wrong, before anything
-# runs. Usage: cli_args_test.sh BIN
+# runs. Last, the effective config a process logs at debug level.
+# Usage: cli_args_test.sh BIN DEMO_TOML (config/demo.toml)
 set -u
 bin=$1
 tmp=$(mktemp -d)
@@ -37,6 +38,22 @@ fi
 check_refused "transport bench of no repetitions" "must be > 0" bench transport --repetitions 0
 check_refused "prefill with an empty config path" "an empty path" prefill --config ""
 check_refused "decode with an empty config path" "an empty path" decode --config ""
+
+# At debug level a process logs the config it runs with, flags applied and
+# the token redacted (the demo's file, with a token added).
+secret=s3cret-cluster-token-for-this-test
+sed "s/^\[cluster\]$/[cluster]\ntoken = \"$secret\"/" "$2" >"$tmp/demo.toml"
+timeout 120 "$bin" demo --config "$tmp/demo.toml" --rooms 1 --layers 3 --log-level debug \
+  >"$tmp/out" 2>"$tmp/err"; rc=$?
+cat "$tmp/out" "$tmp/err" >"$tmp/all"
+if [ "$rc" -ne 0 ] || ! grep -q "effective config" "$tmp/all" ||
+  ! grep -q "^layers = 3" "$tmp/all" || ! grep -q "^token = \"<redacted" "$tmp/all" ||
+  grep -q "$secret" "$tmp/all"; then
+  echo "FAIL the effective config at debug: exit $rc, output: $(grep -m3 -e effective -e token "$tmp/all")"
+  fails=$((fails + 1))
+else
+  echo "ok   the effective config at debug: $(grep -m1 "^token" "$tmp/all")"
+fi
 
 echo "$fails failed"
 [ "$fails" -eq 0 ]
