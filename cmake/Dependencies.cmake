@@ -11,7 +11,18 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric>=1.17)
 find_path(TOMLPP_INCLUDE_DIR toml++/toml.h REQUIRED) # used header-only (config/CMakeLists.txt)
 
-# CAF 0.17.6 ships no CMake config and no pkg-config file.
+# CAF 0.17.6 ships no CMake config and no pkg-config file. Found again at
+# every configure: a cached path from another CAF root (Debian's, or an older
+# source build) must not survive a change of LAYERSTREAM_CAF_ROOT.
+unset(CAF_INCLUDE_DIR CACHE)
+unset(CAF_CORE_LIBRARY CACHE)
+unset(CAF_IO_LIBRARY CACHE)
+unset(CAF_OPENSSL_LIBRARY CACHE)
+if(LAYERSTREAM_SANITIZE STREQUAL "thread" AND NOT LAYERSTREAM_CAF_ROOT)
+  message(FATAL_ERROR "LAYERSTREAM_SANITIZE=thread needs LAYERSTREAM_CAF_ROOT: a CAF built with "
+                      "-fsanitize=thread (scripts/build_caf_tsan.sh prints its prefix); against "
+                      "Debian's uninstrumented libcaf_core TSan reports races inside CAF")
+endif()
 if(LAYERSTREAM_CAF_ROOT)
   # A source build (for TSan): headers of libcaf_core plus its generated build_config.hpp.
   set(CAF_CORE_INCLUDE_DIRS ${LAYERSTREAM_CAF_ROOT}/include)

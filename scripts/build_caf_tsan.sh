@@ -11,10 +11,25 @@ set -euo pipefail
 
 version=0.17.6
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/layerstream
-prefix=$cache/caf-$version-tsan
+# Keyed on the compiler: TSan's runtime must match the one that built CAF.
+cxx_version=$(g++ -dumpfullversion)
+prefix=$cache/caf-$version-tsan-gcc$cxx_version
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+# The cache is reused only if its libcaf_core really is instrumented.
+instrumented() {
+  local lib
+  lib=$(ls "$prefix"/lib*/libcaf_core.so 2>/dev/null | head -1)
+  [ -n "$lib" ] && nm -D "$lib" 2>/dev/null | grep -q "__tsan_init"
+}
 if [ -f "$prefix/.complete" ]; then
-  echo "$prefix"
-  exit 0
+  if instrumented; then
+    echo "$prefix"
+    exit 0
+  fi
+  echo "build_caf_tsan: $prefix has no TSan-instrumented libcaf_core; building it again" >&2
+  rm -rf "$prefix"
 fi
 mkdir -p "$cache"
 work=$(mktemp -d "$cache/caf-src.XXXXXX")
@@ -23,13 +38,13 @@ trap 'rm -rf "$work"' EXIT
 # Enable deb-src from the machine's own apt sources (deb822 or one-line style).
 if ! apt-get source --download-only --print-uris actor-framework >/dev/null 2>&1; then
   if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-      >/etc/apt/sources.list.d/layerstream-deb-src.sources
+    sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources |
+      $sudo tee /etc/apt/sources.list.d/layerstream-deb-src.sources >/dev/null
   elif [ -f /etc/apt/sources.list ]; then
-    grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' \
-      >/etc/apt/sources.list.d/layerstream-deb-src.list
+    grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' |
+      $sudo tee /etc/apt/sources.list.d/layerstream-deb-src.list >/dev/null
   fi
-  apt-get update -qq >&2
+  $sudo apt-get update -qq >&2
 fi
 # The .debian.tar.xz may 404; the orig tarball is all we need.
 (cd "$work" && apt-get source --download-only actor-framework >&2) || true
@@ -52,5 +67,9 @@ cmake --install "$work/build" >&2 || true
 test -f "$prefix/include/caf/all.hpp"
 test -f "$prefix/include/caf/detail/build_config.hpp"
 ls "$prefix"/lib*/libcaf_core.so* >/dev/null
+if ! instrumented; then
+  echo "build_caf_tsan: the libcaf_core just built has no TSan instrumentation" >&2
+  exit 1
+fi
 touch "$prefix/.complete"
 echo "$prefix"

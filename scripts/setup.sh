@@ -10,7 +10,7 @@
 #   scripts/setup.sh deps             install missing packages only
 #
 # Build folders: build/ (plain), build-asan/, build-tsan/. Exit code: the
-# job's own (ctest's for test).
+# job's own; for test 0 only when every build and every ctest run passed.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +18,7 @@ jobs=${LAYERSTREAM_JOBS:-$(nproc)}
 
 packages=(cmake g++ make pkg-config python3 libcaf-dev libfabric-dev libfabric-bin
   libspdlog-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libgtest-dev
-  libbenchmark-dev iproute2 libssl-dev openssl clang)
+  libbenchmark-dev iproute2 libssl-dev openssl clang clang-format procps)
 
 log() { echo "setup: $*" >&2; }
 
@@ -35,6 +35,8 @@ install_deps() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Every step returns on failure by hand: `build x && run_ctest ... || status=1`
+# runs this function with set -e off.
 build() { # plain | asan | tsan
   local kind=${1:-plain} dir args=()
   case "$kind" in
@@ -43,25 +45,31 @@ build() { # plain | asan | tsan
     tsan)
       dir=$root/build-tsan
       local caf
-      caf=$("$root/scripts/build_caf_tsan.sh")
+      caf=$("$root/scripts/build_caf_tsan.sh") && [ -n "$caf" ] ||
+        { log "could not build CAF with TSan (scripts/build_caf_tsan.sh)"; return 1; }
       args+=(-DLAYERSTREAM_SANITIZE=thread "-DLAYERSTREAM_CAF_ROOT=$caf") ;;
     *) log "unknown build kind '$kind' (plain, asan, tsan)"; exit 2 ;;
   esac
   log "building $kind in $dir"
-  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${args[@]}" >/dev/null
-  cmake --build "$dir" -j"$jobs"
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${args[@]}" >/dev/null ||
+    { log "configuring $kind FAILED"; return 1; }
+  cmake --build "$dir" -j"$jobs" || { log "building $kind FAILED"; return 1; }
 }
 
+# A run with no tests is a failure (a broken configure); ctest lists the
+# skipped ones at the end, each test saying why.
 run_ctest() { # dir label
   log "running the $2 tests"
-  (cd "$1" && ctest --output-on-failure --timeout 300 -j"$jobs")
+  (cd "$1" && ctest --output-on-failure --no-tests=error --timeout 300 -j"$jobs")
 }
 
 # Sanitizer runtime options: fail on the first report, with our suppressions
 # (tests/tsan.supp says why each one is not a race).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+# exitcode=86 (UBSan: the same): a report never passes for a process
+# a test expects to exit 1.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=86}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/lsan.supp}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=86}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$root/tests/tsan.supp:second_deadlock_stack=1}
 
 cmd=${1:-}
@@ -86,6 +94,6 @@ case "$cmd" in
     [ $status -eq 0 ] && log "all test runs passed" || log "some test runs FAILED"
     exit $status ;;
   *)
-    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2 ;;
 esac

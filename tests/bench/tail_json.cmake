@@ -5,12 +5,16 @@
 # `layerstream bench tail ARGS` and fails the test unless it exits 2 with
 # EXPECT in its stderr.
 macro(run_tail_json)
+  file(REMOVE ${OUT}) # an earlier run's file must not pass for this one's
   execute_process(COMMAND ${LAYERSTREAM} bench tail ${ARGN} --json ${OUT}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   message("${out}${err}")
   if(NOT rc EQUAL 0)
     string(REPLACE ";" " " args "${ARGN}")
     message(FATAL_ERROR "bench tail ${args} exited with ${rc}")
+  endif()
+  if(NOT EXISTS ${OUT})
+    message(FATAL_ERROR "bench tail exited 0 but wrote no ${OUT}")
   endif()
   file(READ ${OUT} json)
   string(JSON n LENGTH "${json}" configs)
