@@ -747,7 +747,8 @@ int run_tail_bench(const tail_bench_options& opts_in) {
                      {"notify_spin_us", spin_us},
                      {"configs", configs}};
     std::ofstream out{o.json_path};
-    out << j.dump(2) << "\n";
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out.close(); // a write error may show only when the buffer is flushed
     if (!out) {
       std::cerr << "layerstream bench tail: cannot write " << o.json_path << "\n";
       return 1;

@@ -272,6 +272,7 @@ int run_transport_bench(const transport_bench_options& opts) {
                                 {"actor_gbps", row.actor_gbps}});
     std::ofstream file{opts.json_path};
     file << out.dump(2) << "\n";
+    file.close(); // a write error may show only when the buffer is flushed
     if (!file) {
       std::fprintf(stderr, "bench transport: cannot write %s\n", opts.json_path.c_str());
       rc = 1;

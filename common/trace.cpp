@@ -49,7 +49,10 @@ bool trace_recorder::write(const std::string& path) const {
     list.push_back(std::move(j));
   }
   std::ofstream out{path};
-  out << nlohmann::json{{"traceEvents", std::move(list)}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+  out << nlohmann::json{{"traceEvents", std::move(list)}, {"displayTimeUnit", "ms"}}.dump(
+             -1, ' ', false, nlohmann::json::error_handler_t::replace)
+      << "\n";
+  out.close(); // a write error may show only when the buffer is flushed
   return static_cast<bool>(out);
 }
 

@@ -15,6 +15,8 @@
 #include <type_traits>
 
 #include <sys/stat.h>
+
+#include "common/limits.hpp"
 #include <toml++/toml.h>
 
 #include "common/error.hpp"
@@ -679,6 +681,11 @@ void check_general(const deployment_config& c, const std::string& file) {
       refuse(file, key,
              std::to_string(pages) + " pages of " + std::to_string(per_page) +
                  " bytes (all layers) pass 2^64");
+    if (bytes > max_pool_bytes)
+      refuse(file, key,
+             std::to_string(pages) + " pages of " + std::to_string(per_page) +
+                 " bytes (all layers) are " + std::to_string(bytes >> 30) +
+                 " GiB, past the 1 TiB a pool may map");
   }
 
   for (size_t i = 0; i < c.decode.prefill.size(); ++i)

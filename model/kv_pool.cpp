@@ -6,6 +6,8 @@
 
 #include <sys/mman.h>
 
+#include "common/limits.hpp"
+
 namespace layerstream {
 
 namespace {
@@ -71,7 +73,7 @@ caf::error kv_layout::init(const model_config& model, uint64_t pages, const std:
   item_len_ = row_len_ * model.page_size;
   uint64_t buffers = uint64_t{model.layers} * this->buffers();
   if (__builtin_mul_overflow(item_len_, pages, &buffer_bytes_) ||
-      __builtin_mul_overflow(buffer_bytes_, buffers, &bytes_) || bytes_ > (uint64_t{1} << 40))
+      __builtin_mul_overflow(buffer_bytes_, buffers, &bytes_) || bytes_ > max_pool_bytes)
     return make_error(lserr::bad_input,
                       pool + ": " + std::to_string(pages) + " pages of this geometry exceed 1 TiB");
   return caf::none;

@@ -546,6 +546,15 @@ TEST(ConfigLoader, APoolWhoseBytesPass2To64IsRefused) {
                  "decode.pool_pages", "pass 2^64");
 }
 
+TEST(ConfigLoader, APoolPast1TiBIsRefusedAsTheKvPoolWouldRefuseIt) {
+  // 2 MiB a page (one layer, one buffer): 2^19 pages are 1 TiB exactly.
+  const std::string big = "[model]\nlayers = 1\nkv_heads = 1\nhead_dim = 1024\ndtype_bytes = 2\n"
+                          "page_size = 1024\nmla = true\n";
+  expect_refused(big + "[prefill]\npool_pages = 524289\n", "prefill.pool_pages",
+                 "past the 1 TiB a pool may map");
+  EXPECT_EQ(parse_ok(big + "[prefill]\npool_pages = 524288\n").prefill.pool_pages, 524288u);
+}
+
 TEST(ConfigLoader, AWorkloadOfMoreThan2To20RoomsIsRefused) {
   expect_refused("[workload]\nrooms = 1048577\n", "workload.rooms",
                  "must be at most 1048576 (2^20), got 1048577");
