@@ -541,8 +541,11 @@ TEST(ConfigLoader, ZeroPoolPagesIsRefused) {
 }
 
 TEST(ConfigLoader, APoolWhoseBytesPass2To64IsRefused) {
-  // 2^41 bytes a page over all layers, 2^26 pages.
-  expect_refused("[model]\nlayers = 65536\nhead_dim = 65536\n[decode]\npool_pages = 67108864\n",
+  // 2^38 bytes a page over all layers (the prefill pool's one page is under
+  // the 1 TiB cap), 2^26 pages.
+  expect_refused("[model]\nlayers = 65536\nkv_heads = 1\nhead_dim = 65536\ndtype_bytes = 2\n"
+                 "page_size = 16\nmla = false\n[prefill]\npool_pages = 1\n"
+                 "[decode]\npool_pages = 67108864\n",
                  "decode.pool_pages", "pass 2^64");
 }
 
