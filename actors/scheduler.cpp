@@ -331,6 +331,38 @@ void on_forward_deadline(self_ptr self, uint64_t batch) {
   try_start_batch(self);    // refuses what is queued
 }
 
+/// The device can run no forward again: every room this rank holds fails
+/// now, and the scheduler quits with the reason, so that the process exits
+/// 1 (node/watch.hpp) and its supervisor restarts it. Rooms in a batch
+/// (forward or transfer) may have writes out: they fail with
+/// writes_in_flight, and their contexts are told to finish; the others
+/// (queued, waiting for pages) took nothing and fail with the reason.
+void lose_device(self_ptr self, const caf::error& reason) {
+  auto& st = self->state;
+  LS_ERROR("rank {}: {}; failing its {} rooms and stopping the scheduler", st.cfg.cp_rank,
+           describe(reason), st.rooms.size());
+  st.device_lost = reason; // no waiting room takes the pages freed below
+  std::vector<room_id> rooms;
+  for (const auto& [room, rs] : st.rooms)
+    rooms.push_back(room);
+  for (auto room : rooms) {
+    auto i = st.rooms.find(room);
+    if (i == st.rooms.end())
+      continue; // settled above, as a waiting room
+    const auto& rs = i->second;
+    if (!rs.busy) {
+      settle_room(self, room, reason);
+      continue;
+    }
+    if (rs.per_layer)
+      caf::anon_send(st.manager, finish{room});
+    settle_room(self, room,
+                make_error(lserr::writes_in_flight,
+                           "the rank stops, its writes may still land: " + describe(reason)));
+  }
+  self->quit(reason);
+}
+
 void on_batch_done(self_ptr self, const batch_done& msg) {
   auto& st = self->state;
   st.forward_busy = false;
@@ -341,6 +373,8 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
   st.stats.notify_ns.insert(st.stats.notify_ns.end(), msg.notify_ns.begin(),
                             msg.notify_ns.begin() + static_cast<std::ptrdiff_t>(
                                                         std::min(room_left, msg.notify_ns.size())));
+  if (is(msg.status, lserr::device_lost))
+    return lose_device(self, msg.status);
   if (st.overdue && st.overdue->batch == msg.batch) {
     // Its rooms failed at the deadline (those still settling release their
     // pages themselves); the device is done with the pages of the others.
@@ -568,8 +602,9 @@ void on_transfer_info(self_ptr self, transfer_info& info,
 
 /// Gives the waiting rooms, in arrival order, the pages they need while the
 /// pool has them; each then connects to its decode peer and queues. Stops at
-/// the first that does not fit. While a forward is overdue the rank refuses
-/// every request: so the waiting rooms fail with its reason.
+/// the first that does not fit. While a forward is overdue (or once the
+/// device is lost) the rank refuses every request: so the waiting rooms fail
+/// with its reason.
 void admit_page_waiters(self_ptr self) {
   auto& st = self->state;
   while (!st.page_wait.empty()) {
@@ -580,9 +615,9 @@ void admit_page_waiters(self_ptr self) {
       continue;
     }
     auto& rs = i->second;
-    if (st.overdue) {
+    if (st.overdue || st.device_lost) {
       st.page_wait.pop_front();
-      settle_room(self, room, st.overdue->reason);
+      settle_room(self, room, st.device_lost ? st.device_lost : st.overdue->reason);
       continue;
     }
     if (auto late = expired(st, rs, std::chrono::steady_clock::now(), "prefill pages")) {

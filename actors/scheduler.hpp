@@ -42,6 +42,10 @@
 // until the forward ends, since its forward thread runs one batch at a
 // time; and the pages of those rooms stay out of the pool until then,
 // since the device may still write them.
+// A forward that reports lserr::device_lost (the device can run none again:
+// a sticky CUDA error) fails every room the rank holds, those in a batch
+// with writes_in_flight, and the scheduler quits with that reason, so that
+// the process exits 1 and is restarted (node/watch.hpp).
 #pragma once
 
 #include <caf/stateful_actor.hpp>
@@ -148,6 +152,8 @@ struct scheduler_state {
   manager_actor manager;
   /// Why the device could not make a forward (every request is refused).
   caf::error forward_error;
+  /// Set when the device reported lserr::device_lost: the scheduler quits.
+  caf::error device_lost;
   std::map<room_id, prefill_room> rooms;
   /// Rooms that arrived to too few free src pages, in arrival order: each
   /// takes its pages once the rooms ahead of it have theirs, or fails when

@@ -39,6 +39,8 @@ const char* to_string(lserr code) {
     return "unauthorized";
   case lserr::writes_in_flight:
     return "writes_in_flight";
+  case lserr::device_lost:
+    return "device_lost";
   }
   return "unknown";
 }

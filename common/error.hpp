@@ -51,6 +51,9 @@ enum class lserr : uint8_t {
   /// queued at the transport) and unanswered: they may still land at decode,
   /// so decode must not reuse the room's pages while this rank is up.
   writes_in_flight,
+  /// The device cannot run another forward (a sticky CUDA error poisoned its
+  /// context): the rank fails what it holds and its process must restart.
+  device_lost,
 };
 
 /// Stable lower-case name of an error code.

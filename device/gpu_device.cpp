@@ -77,6 +77,16 @@ class gpu_forward final : public forward_thread {
                               cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(compute_))))
       if (!timing.status)
         timing.status = std::move(err);
+    if (timing.status) {
+      // A sticky error (an illegal address, a kernel fault) poisons the
+      // context: every later call fails alike, so no forward can run again.
+      // A one-off failure (a page table that could not be allocated) clears.
+      (void)cudaGetLastError();
+      if (auto lost = CUDA_CHECK(lserr::device_lost, cudaDeviceSynchronize()))
+        timing.status = make_error(lserr::device_lost,
+                                   describe(timing.status) + "; the CUDA context is broken (" +
+                                       message_of(lost) + "): the rank must restart");
+    }
     timing.end = std::chrono::steady_clock::now();
     tables.clear(); // the kernels that read them are done
     finish(batch.id, std::move(timing));

@@ -39,11 +39,14 @@ class wrapped_cpu_device : public prefill_device {
 /// `fail` (the rank's batch ids are 1, 2, ... in the order they run) after
 /// notifying only the first `notified` layers of them, as a GPU forward does
 /// when a kernel launch fails mid-batch. Its KV writes still happen: a room
-/// of a failed batch must fail although its bytes would check out.
+/// of a failed batch must fail although its bytes would check out. `code`:
+/// lserr::device_lost plays a sticky CUDA error (no forward can run again).
 class failing_device final : public wrapped_cpu_device {
  public:
-  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified)
-      : wrapped_cpu_device(std::move(inner)), fail_(std::move(fail)), notified_(notified) {}
+  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified,
+                 lserr code = lserr::event_failed)
+      : wrapped_cpu_device(std::move(inner)), fail_(std::move(fail)), notified_(notified),
+        code_(code) {}
 
   std::string name() const override { return "cpu (failing)"; }
 
@@ -62,9 +65,9 @@ class failing_device final : public wrapped_cpu_device {
           if (!failing() || layer < notified)
             notify(layer);
         },
-        [done, failing, running](uint64_t batch, forward_timing timing) {
+        [done, failing, running, code = code_](uint64_t batch, forward_timing timing) {
           if (failing())
-            timing.status = make_error(lserr::event_failed, "kv_fill launch failed (test)");
+            timing.status = make_error(code, "kv_fill launch failed (test)");
           ++*running;
           done(batch, std::move(timing));
         });
@@ -73,6 +76,7 @@ class failing_device final : public wrapped_cpu_device {
  private:
   std::vector<uint64_t> fail_;
   uint32_t notified_;
+  lserr code_;
 };
 
 /// Holds a forward thread until the test opens it, or for 30 s at most.

@@ -529,3 +529,37 @@ TEST_F(SchedulerWithStandIns, AWaitingRoomFailsWhenItCouldNoLongerStartAndNoRoom
   auto served = ask_all({{9, 24}}).front();
   EXPECT_FALSE(served.status) << describe(served.status);
 }
+
+TEST_F(SchedulerWithStandIns, ALostDeviceFailsEveryRoomAndStopsTheScheduler) {
+  auto cpu = tiny_cpu();
+  ASSERT_TRUE(cpu);
+  // Batch 1 (room 5, 10 of 16 pages) reports its device lost after its first
+  // layer went out; room 6 (10 pages) waits for pages meanwhile.
+  ASSERT_TRUE(start(true, std::make_unique<layerstream::testing::failing_device>(
+                              std::move(cpu), std::vector<uint64_t>{1}, 1, lserr::device_lost)));
+  caf::scoped_actor self{sys_};
+  self->monitor(scheduler_);
+  auto answers = ask_all({{5, 40}, {6, 40}});
+  EXPECT_TRUE(is(answers[0].status, lserr::writes_in_flight)) << describe(answers[0].status);
+  EXPECT_TRUE(mentions(answers[0].status, "the rank stops")) << describe(answers[0].status);
+  EXPECT_TRUE(mentions(answers[0].status, "kv_fill launch failed (test)"))
+      << describe(answers[0].status);
+  EXPECT_TRUE(is(answers[1].status, lserr::device_lost)) << describe(answers[1].status);
+  // The scheduler sent the finish before it answered: past this barrier the
+  // manager has handled it.
+  self->request(caf::actor_cast<stand_in_manager_actor>(manager_), 10s, caf::get_atom::value)
+      .receive([](caf::ok_atom) {},
+               [](caf::error& err) { ADD_FAILURE() << "no barrier: " << describe(err); });
+  EXPECT_TRUE(script_->got_finish(5)); // its context winds down
+  EXPECT_FALSE(script_->got_finish(6));
+  // The scheduler quits with the reason: the process watches it and exits 1.
+  bool down = false;
+  self->receive(
+      [&](const caf::down_msg& msg) {
+        down = true;
+        EXPECT_TRUE(is(msg.reason, lserr::device_lost)) << describe(msg.reason);
+      },
+      caf::after(std::chrono::seconds(10)) >>
+          [] { ADD_FAILURE() << "the scheduler did not quit"; });
+  EXPECT_TRUE(down);
+}
