@@ -348,7 +348,7 @@ int run_demo(const demo_options& opts) {
   if (auto err = cluster.start(sys, *cfg, trace)) {
     std::cerr << "layerstream demo: " << message_of(err) << "\n";
   } else {
-    auto rep = run_workload(sys, cluster.decode->receiver, *cfg);
+    auto rep = run_workload(sys, cluster.decode->receiver, *cfg, cfg->workload.first_room);
     std::vector<int64_t> tails, settled, forwards;
     caf::scoped_actor self{sys};
     for (auto& p : cluster.prefill)
@@ -418,7 +418,8 @@ int run_soak(const soak_options& opts) {
     auto rcfg = *cfg;
     rcfg.workload.rooms = static_cast<uint32_t>(std::min(batch, opts.rooms - round * batch));
     rcfg.workload.seed = seed + round;
-    auto rep = run_workload(sys, cluster.decode->receiver, rcfg, 1 + round * batch);
+    auto rep =
+        run_workload(sys, cluster.decode->receiver, rcfg, cfg->workload.first_room + round * batch);
     complete += rep.complete;
     failed += rep.failed;
     lost += rep.rooms - rep.complete - rep.failed;
@@ -660,7 +661,7 @@ int run_decode(const std::string& config_path, std::optional<std::string> log_le
     std::cerr << "layerstream decode: " << describe(node.error()) << "\n";
     return 1;
   }
-  auto rep = run_workload(sys, (*node)->receiver, *cfg);
+  auto rep = run_workload(sys, (*node)->receiver, *cfg, cfg->workload.first_room);
   (*node)->stop();
   sys.await_all_actors_done();
   // Closed first: a failed room's late write must not land while we hash.

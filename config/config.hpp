@@ -111,6 +111,10 @@ struct decode_config {
 /// [workload]: the rooms the decode side asks for (decode and demo).
 struct workload_config {
   uint32_t rooms = 8;
+  /// The first room id; the run's rooms are first_room, first_room + 1, ...
+  /// A prefill rank keys its rooms by id alone (as SGLang's bootstrap_room),
+  /// so decode nodes that share prefill ranks need disjoint ranges.
+  uint64_t first_room = 1;
   uint64_t min_tokens = 64;
   uint64_t max_tokens = 1024;
   /// Seed of prompt lengths and page layouts.

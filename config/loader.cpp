@@ -67,6 +67,7 @@ void visit_fields(Config& c, Visitor& v) {
   v.field("prefill", c.decode.prefill);
   v.table("workload");
   v.field("rooms", c.workload.rooms);
+  v.field("first_room", c.workload.first_room);
   v.field("min_tokens", c.workload.min_tokens);
   v.field("max_tokens", c.workload.max_tokens);
   v.field("seed", c.workload.seed);
@@ -717,6 +718,8 @@ void check_general(const deployment_config& c, const std::string& file) {
     refuse(file, "workload.rooms",
            "must be at most " + std::to_string(max_workload_rooms) + " (2^20), got " +
                std::to_string(w.rooms));
+  if (w.first_room == 0)
+    refuse(file, "workload.first_room", "must be at least 1, got 0");
   if (w.min_tokens == 0)
     refuse(file, "workload.min_tokens", "must be at least 1, got 0");
   if (w.min_tokens > w.max_tokens)

@@ -558,6 +558,12 @@ TEST(ConfigLoader, APoolPast1TiBIsRefusedAsTheKvPoolWouldRefuseIt) {
   EXPECT_EQ(parse_ok(big + "[prefill]\npool_pages = 524288\n").prefill.pool_pages, 524288u);
 }
 
+TEST(ConfigLoader, FirstRoomIsAtLeastOne) {
+  EXPECT_EQ(parse_ok("").workload.first_room, 1u);
+  EXPECT_EQ(parse_ok("[workload]\nfirst_room = 1001\n").workload.first_room, 1001u);
+  expect_refused("[workload]\nfirst_room = 0\n", "workload.first_room", "must be at least 1");
+}
+
 TEST(ConfigLoader, AWorkloadOfMoreThan2To20RoomsIsRefused) {
   expect_refused("[workload]\nrooms = 1048577\n", "workload.rooms",
                  "must be at most 1048576 (2^20), got 1048577");

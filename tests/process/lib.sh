@@ -124,6 +124,7 @@ ROOMS=${ROOMS:-8}
 SEED=${SEED:-$(( ($$ * 7919 + RANDOM) % 1000000 ))}
 FRAG=${FRAG:-0.5}
 POOL_PAGES=${POOL_PAGES:-256}
+PREFILL_POOL_PAGES=${PREFILL_POOL_PAGES:-$POOL_PAGES}
 SUBMIT_MS=${SUBMIT_MS:-3000}
 ROOM_MS=${ROOM_MS:-10000}
 HEARTBEAT_MS=${HEARTBEAT_MS:-200}
@@ -192,7 +193,7 @@ max_batch = $MAX_BATCH
 host = "$CONTROL_HOST"
 port = $3
 cp_rank = $2
-pool_pages = $POOL_PAGES
+pool_pages = $PREFILL_POOL_PAGES
 
 [workload]
 max_tokens = $MAX_TOKENS
@@ -214,6 +215,7 @@ prefill = [$list]
 
 [workload]
 rooms = $ROOMS
+first_room = ${FIRST_ROOM:-1}
 min_tokens = $MIN_TOKENS
 max_tokens = $MAX_TOKENS
 seed = $SEED
