@@ -42,8 +42,7 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
     target_cfg.provider = GetParam();
     auto tep = fabric::endpoint::open(target_cfg);
     if (!tep)
-      GTEST_SKIP() << "provider \"" << GetParam()
-                   << "\" not available here: " << describe(tep.error());
+      LS_SKIP_IF_PROVIDER_MISSING(GetParam(), describe(tep.error()));
     auto treg = (*tep)->register_memory(dst.data() + adv_offset, adv_len, FI_REMOTE_WRITE);
     ASSERT_TRUE(treg) << describe(treg.error());
     target_name_ = (*tep)->name();
@@ -787,8 +786,7 @@ TEST_P(FabricEngine, CudaMemoryOnAnEndpointOpenedWithoutHmemIsRefused) {
   cfg.provider = GetParam();
   auto ep = fabric::endpoint::open(cfg);
   if (!ep)
-    GTEST_SKIP() << "provider \"" << GetParam()
-                 << "\" not available here: " << describe(ep.error());
+    LS_SKIP_IF_PROVIDER_MISSING(GetParam(), describe(ep.error()));
   std::vector<uint8_t> buf(4096);
   auto reg =
       (*ep)->register_memory(buf.data(), buf.size(), FI_WRITE, fabric::memory_iface::cuda, 0);
@@ -802,7 +800,7 @@ TEST(FabricHmemProbe, AProviderWithoutHmemCannotRegisterDeviceMemoryAndSaysWhy) 
   fabric::fabric_config cfg;
   cfg.provider = "sockets"; // no FI_HMEM in any libfabric
   if (auto ep = fabric::endpoint::open(cfg); !ep)
-    GTEST_SKIP() << "provider \"sockets\" not available here: " << describe(ep.error());
+    LS_SKIP_IF_PROVIDER_MISSING("sockets", describe(ep.error()));
   std::vector<uint8_t> buf(4096);
   auto why = fabric::probe_cuda_registration(cfg, buf.data(), buf.size(), 0);
   ASSERT_TRUE(why) << "the probe must not report success without FI_HMEM";

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <rdma/fabric.h>
 
 #include "transport/fabric/engine.hpp"
 
@@ -73,6 +74,38 @@ inline void fill_random(std::vector<uint8_t>& buf, std::mt19937_64& rng) {
 inline uint64_t addr_of(const std::vector<uint8_t>& buf, uint64_t offset = 0) {
   return reinterpret_cast<uint64_t>(buf.data()) + offset;
 }
+
+/// Whether libfabric offers `provider` here for RMA on a reliable datagram
+/// endpoint (what the endpoint asks for).
+inline bool provider_offered(const std::string& provider) {
+  fi_info* hints = fi_allocinfo();
+  if (!hints)
+    return false;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_RMA;
+  fi_info* info = nullptr;
+  const int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info);
+  fi_freeinfo(hints);
+  if (info)
+    fi_freeinfo(info);
+  return rc == 0;
+}
+
+/// After `provider` failed to open (`why`): a skip only where libfabric
+/// does not offer it, and never for tcp;ofi_rxm, which every machine this
+/// runs on must have (libfabric-dev). Otherwise a broken endpoint or target
+/// would turn a whole suite into skips. Call from a test body or a helper
+/// run under ASSERT_NO_FATAL_FAILURE, then return if IsSkipped().
+#define LS_SKIP_IF_PROVIDER_MISSING(provider, why)                                                 \
+  do {                                                                                             \
+    const std::string ls_provider_{provider};                                                      \
+    if (::layerstream::test::provider_offered(ls_provider_))                                       \
+      FAIL() << "provider \"" << ls_provider_ << "\" is offered here but did not open: " << (why); \
+    if (ls_provider_ == "tcp;ofi_rxm")                                                             \
+      FAIL() << "tcp;ofi_rxm is not offered here, and every test machine must have it: " << (why); \
+    GTEST_SKIP() << "provider \"" << ls_provider_ << "\" not offered here: " << (why);             \
+  } while (0)
 
 /// gtest parameter name of a provider: "tcp;ofi_rxm" -> "tcp_ofi_rxm".
 inline std::string provider_test_name(const ::testing::TestParamInfo<std::string>& param) {

@@ -41,8 +41,7 @@ class TransportActor : public ::testing::TestWithParam<std::string> {
     tcfg.regions = {{dst_.data(), dst_.size()}};
     auto t = fabric_target::open(tcfg);
     if (!t)
-      GTEST_SKIP() << "provider \"" << GetParam()
-                   << "\" not available here: " << describe(t.error());
+      LS_SKIP_IF_PROVIDER_MISSING(GetParam(), describe(t.error()));
     target_ = std::move(*t);
     transport_config cfg;
     cfg.fabric.provider = GetParam();
@@ -239,7 +238,7 @@ TEST(TransportActorHmem, ADeviceRegionOverAProviderWithoutHmemIsRefusedWithTheRe
   fabric::fabric_config plain;
   plain.provider = "sockets";
   if (auto ep = fabric::endpoint::open(plain); !ep)
-    GTEST_SKIP() << "provider \"sockets\" not available here: " << describe(ep.error());
+    LS_SKIP_IF_PROVIDER_MISSING("sockets", describe(ep.error()));
   std::vector<uint8_t> buf(1 << 16);
   transport_config tcfg;
   tcfg.fabric.provider = "sockets";
