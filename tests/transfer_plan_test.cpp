@@ -242,12 +242,16 @@ TEST(TransferPlan, AnAddressPastTwoToThe64IsRejectedNotWrapped) {
   EXPECT_TRUE(is(out.error(), lserr::overflow)) << describe(out.error());
   // A page index whose offset passes 2^64.
   auto big = *make_transfer_plan({uint64_t{1} << 60}, {0});
-  EXPECT_FALSE(build_layer_blocks(big, mla(1, 4096), 0));
+  auto far = build_layer_blocks(big, mla(1, 4096), 0);
+  ASSERT_FALSE(far);
+  EXPECT_TRUE(is(far.error(), lserr::overflow)) << describe(far.error());
   // A page count whose length passes 2^64 cannot be built either.
   p = mla(1, uint64_t{1} << 62);
   p.src_k[0] = 0;
   p.dst_k[0] = 0;
-  EXPECT_FALSE(build_layer_blocks(*make_transfer_plan({0, 1, 2, 3}, {0, 1, 2, 3}), p, 0));
+  auto long_run = build_layer_blocks(*make_transfer_plan({0, 1, 2, 3}, {0, 1, 2, 3}), p, 0);
+  ASSERT_FALSE(long_run);
+  EXPECT_TRUE(is(long_run.error(), lserr::overflow)) << describe(long_run.error());
 }
 
 TEST(TransferPlan, IndicesAtTheTopOfU64DoNotWrapIntoARun) {
