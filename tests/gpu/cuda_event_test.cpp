@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -59,16 +60,19 @@ TEST(CudaEventSource, RecordDoesNotWaitAndTheCallbackRunsOnceAfterTheStreamWork)
   auto host = std::dynamic_pointer_cast<host_event>(ev);
   ASSERT_NE(host, nullptr);
   EXPECT_FALSE(host->done()) << "complete before a 200 ms kernel ahead of it finished";
-  std::atomic<int> calls{0};
-  std::promise<void> ran;
-  ev->on_complete([&](const caf::error& err) {
+  // Shared, not on this frame: after a timed-out wait the callback may
+  // still come, once this test has returned.
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto ran = std::make_shared<std::promise<void>>();
+  auto ran_future = ran->get_future();
+  ev->on_complete([calls, ran](const caf::error& err) {
     EXPECT_FALSE(err) << describe(err);
-    if (++calls == 1)
-      ran.set_value();
+    if (++*calls == 1)
+      ran->set_value();
   });
-  ASSERT_EQ(ran.get_future().wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(ran_future.wait_for(10s), std::future_status::ready);
   std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(calls->load(), 1);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 150ms);
   int late = 0;
   ev->on_complete([&](const caf::error&) { ++late; }); // already complete: at once
