@@ -56,10 +56,26 @@ kv_pointers pointers_of(const scheduler_state& st, const prefill_room& rs) {
 
 void admit_page_waiters(self_ptr self);
 void connect_room(self_ptr self, room_id room);
+void arm_page_wait_deadline(self_ptr self, room_id room, const prefill_room& rs);
 
 /// Rooms that may wait for src pages at once; more are refused (each holds
 /// its transfer_info and decode's answer meanwhile).
 constexpr size_t max_page_waiters = size_t{1} << 16;
+
+/// Why a room needing `need` src pages can never have them, if it cannot:
+/// the pool has fewer, the held ones aside.
+caf::error never_fits(const scheduler_state& st, uint64_t need) {
+  const uint64_t usable = st.device->layout().pages() - st.held_pages.size();
+  if (need <= usable)
+    return caf::none;
+  return make_error(lserr::bad_input,
+                    "prefill pool full: the room needs " + std::to_string(need) +
+                        " src pages on this rank, the pool has " + std::to_string(usable) +
+                        (st.held_pages.empty()
+                             ? std::string{" pages"}
+                             : " pages besides the " + std::to_string(st.held_pages.size()) +
+                                   " held by rooms whose writes may still read them"));
+}
 
 /// Settles a room: answers decode and frees its pages.
 void settle_room(self_ptr self, room_id room, caf::error status) {
@@ -76,7 +92,11 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
     ++st.stats.rooms_complete;
   }
   const bool may_still_read = is(status, lserr::writes_in_flight);
-  bool freed = false; // pages back in the pool: a waiting room may take them
+  if (rs.waiting_for_pages) {
+    auto w = std::find(st.page_wait.begin(), st.page_wait.end(), room);
+    if (w != st.page_wait.end())
+      st.page_wait.erase(w);
+  }
   rs.promise.deliver(kv_ready{room, st.cfg.cp_rank, std::move(status), rs.bytes});
   auto& od = st.overdue;
   if (may_still_read) {
@@ -86,13 +106,12 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
             st.cfg.cp_rank, room, rs.owned_pages.size(), st.held_pages.size());
   } else if (od && std::find(od->rooms.begin(), od->rooms.end(), room) != od->rooms.end())
     od->pages.insert(od->pages.end(), rs.owned_pages.begin(), rs.owned_pages.end());
-  else {
+  else
     st.pages->release(rs.owned_pages);
-    freed = !rs.owned_pages.empty();
-  }
   st.rooms.erase(i);
-  if (freed)
-    admit_page_waiters(self);
+  // Pages came back, or a room ahead in the wait left, or fewer pages are
+  // left for good (held): the waiting rooms' turn may have changed.
+  admit_page_waiters(self);
 }
 
 void try_start_batch(self_ptr self);
@@ -333,15 +352,20 @@ void on_forward_deadline(self_ptr self, uint64_t batch) {
 
 /// The device can run no forward again: every room this rank holds fails
 /// now, and the scheduler quits with the reason, so that the process exits
-/// 1 (node/watch.hpp) and its supervisor restarts it. Rooms in a batch
-/// (forward or transfer) may have writes out: they fail with
-/// writes_in_flight, and their contexts are told to finish; the others
-/// (queued, waiting for pages) took nothing and fail with the reason.
-void lose_device(self_ptr self, const caf::error& reason) {
+/// 1 (node/watch.hpp) and its supervisor restarts it. Rooms whose writes
+/// may be out fail with writes_in_flight (per-layer rooms of any batch,
+/// whose contexts are told to finish; bulk rooms of earlier batches, still
+/// sending); the others (bulk rooms of the failed batch, which sends
+/// after its forward; queued rooms; rooms waiting for pages) sent nothing
+/// and fail with the reason.
+void lose_device(self_ptr self, uint64_t failed_batch, const caf::error& reason) {
   auto& st = self->state;
   LS_ERROR("rank {}: {}; failing its {} rooms and stopping the scheduler", st.cfg.cp_rank,
            describe(reason), st.rooms.size());
-  st.device_lost = reason; // no waiting room takes the pages freed below
+  st.device_lost = reason;     // no waiting room takes the pages freed below
+  std::vector<room_id> unsent; // bulk rooms of the failed batch
+  if (auto b = st.batches.find(failed_batch); b != st.batches.end())
+    unsent = b->second.rooms;
   std::vector<room_id> rooms;
   for (const auto& [room, rs] : st.rooms)
     rooms.push_back(room);
@@ -350,7 +374,9 @@ void lose_device(self_ptr self, const caf::error& reason) {
     if (i == st.rooms.end())
       continue; // settled above, as a waiting room
     const auto& rs = i->second;
-    if (!rs.busy) {
+    const bool sent_nothing =
+        !rs.per_layer && std::find(unsent.begin(), unsent.end(), room) != unsent.end();
+    if (!rs.busy || sent_nothing) {
       settle_room(self, room, reason);
       continue;
     }
@@ -374,7 +400,7 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
                             msg.notify_ns.begin() + static_cast<std::ptrdiff_t>(
                                                         std::min(room_left, msg.notify_ns.size())));
   if (is(msg.status, lserr::device_lost))
-    return lose_device(self, msg.status);
+    return lose_device(self, msg.batch, msg.status);
   if (st.overdue && st.overdue->batch == msg.batch) {
     // Its rooms failed at the deadline (those still settling release their
     // pages themselves); the device is done with the pages of the others.
@@ -563,16 +589,8 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   auto owned = owned_positions(total_pages, st.cfg.cp_size, st.cfg.cp_rank);
   if (!owned)
     return refuse(owned.error());
-  // Pages in the pool, the held ones aside: a room needing more never fits.
-  const uint64_t usable = st.device->layout().pages() - st.held_pages.size();
-  if (owned->size() > usable)
-    return refuse(make_error(
-        lserr::bad_input,
-        "prefill pool full: the room needs " + std::to_string(owned->size()) +
-            " src pages on this rank, the pool has " + std::to_string(usable) +
-            (st.held_pages.empty() ? std::string{" pages"}
-                                   : " pages besides the " + std::to_string(st.held_pages.size()) +
-                                         " held by rooms whose writes may still read them")));
+  if (auto never = never_fits(st, owned->size()))
+    return refuse(std::move(never));
   if (st.page_wait.size() >= max_page_waiters)
     return refuse(
         make_error(lserr::bad_input, "prefill pool full: " + std::to_string(st.page_wait.size()) +
@@ -595,9 +613,16 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   ++st.stats.rooms_waited_for_pages;
   LS_INFO("rank {}: room {} waits for {} src pages ({} free, {} rooms wait)", st.cfg.cp_rank, room,
           owned->size(), st.pages->free_pages(), st.page_wait.size());
-  const auto wait = start_by(st, i->second) - std::chrono::steady_clock::now();
+  i->second.wait_seq = ++st.next_wait_seq;
+  arm_page_wait_deadline(self, room, i->second);
+}
+
+/// Wakes the scheduler at the room's start-by time, tagged with this wait's
+/// sequence number: a timer of an earlier room with the same id is ignored.
+void arm_page_wait_deadline(self_ptr self, room_id room, const prefill_room& rs) {
+  const auto wait = start_by(self->state, rs) - std::chrono::steady_clock::now();
   self->delayed_send(self, std::max(wait, std::chrono::steady_clock::duration{0}),
-                     page_wait_deadline_atom::value, room);
+                     page_wait_deadline_atom::value, room, rs.wait_seq);
 }
 
 /// Gives the waiting rooms, in arrival order, the pages they need while the
@@ -607,17 +632,25 @@ void on_transfer_info(self_ptr self, transfer_info& info,
 /// with its reason.
 void admit_page_waiters(self_ptr self) {
   auto& st = self->state;
+  if (st.admitting)
+    return; // a room settled inside the loop below: the loop goes on
+  st.admitting = true;
   while (!st.page_wait.empty()) {
     const auto room = st.page_wait.front();
     auto i = st.rooms.find(room);
     if (i == st.rooms.end() || !i->second.waiting_for_pages) {
-      st.page_wait.pop_front(); // settled while waiting
+      st.page_wait.pop_front(); // not expected: settle_room takes a waiting room out
       continue;
     }
     auto& rs = i->second;
     if (st.overdue || st.device_lost) {
       st.page_wait.pop_front();
       settle_room(self, room, st.device_lost ? st.device_lost : st.overdue->reason);
+      continue;
+    }
+    if (auto never = never_fits(st, rs.owned.size())) {
+      st.page_wait.pop_front();
+      settle_room(self, room, std::move(never));
       continue;
     }
     if (auto late = expired(st, rs, std::chrono::steady_clock::now(), "prefill pages")) {
@@ -627,7 +660,7 @@ void admit_page_waiters(self_ptr self) {
     }
     auto pages = st.pages->allocate(rs.owned.size());
     if (!pages)
-      return;
+      break;
     st.page_wait.pop_front();
     for (uint64_t k = 0; k < pages->size(); ++k)
       rs.src_pages[rs.owned.begin + k] = (*pages)[k];
@@ -635,6 +668,7 @@ void admit_page_waiters(self_ptr self) {
     rs.waiting_for_pages = false;
     connect_room(self, room);
   }
+  st.admitting = false;
 }
 
 /// A room with its pages: reach its decode peer, then queue it for a batch.
@@ -658,16 +692,14 @@ void connect_room(self_ptr self, room_id room) {
 }
 
 /// Room `room` waited for pages until the last moment it could start.
-void on_page_wait_deadline(self_ptr self, room_id room) {
+void on_page_wait_deadline(self_ptr self, room_id room, uint64_t seq) {
   auto& st = self->state;
   auto i = st.rooms.find(room);
-  if (i == st.rooms.end() || !i->second.waiting_for_pages)
-    return; // it took its pages, or settled
-  const auto now = std::chrono::steady_clock::now();
-  auto why = expired(st, i->second, now, "prefill pages");
-  if (!why) // a timer that fired a hair early: the start rule's own text
-    why = make_error(lserr::timeout, "room waited " + ms_of(now - i->second.arrived) +
-                                         " ms for prefill pages: too late to start");
+  if (i == st.rooms.end() || !i->second.waiting_for_pages || i->second.wait_seq != seq)
+    return; // it took its pages, or settled (and its id may be another room's now)
+  auto why = expired(st, i->second, std::chrono::steady_clock::now(), "prefill pages");
+  if (!why) // the timer came early: wait for the rest
+    return arm_page_wait_deadline(self, room, i->second);
   LS_WARN("rank {}: room {}: {} src pages never came free ({} free)", st.cfg.cp_rank, room,
           i->second.owned.size(), st.pages->free_pages());
   settle_room(self, room, std::move(why));
@@ -729,7 +761,9 @@ scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, sch
       },
       [self](const batch_done& msg) { on_batch_done(self, msg); },
       [self](forward_deadline_atom, uint64_t batch) { on_forward_deadline(self, batch); },
-      [self](page_wait_deadline_atom, room_id room) { on_page_wait_deadline(self, room); },
+      [self](page_wait_deadline_atom, room_id room, uint64_t seq) {
+        on_page_wait_deadline(self, room, seq);
+      },
       [self](const hold_forward& msg) {
         auto& st = self->state;
         if (msg.rooms > 0) {

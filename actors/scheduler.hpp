@@ -11,8 +11,9 @@
 //   hold_forward                local (bench tail): start no batch until N
 //                               requests are queued (one-shot, with a deadline)
 //   forward_deadline_atom, N   local: batch N's forward has run timeouts.room
-//   page_wait_deadline_atom, R local: room R, still waiting for src pages,
-//                               can no longer start in time: it fails
+//   page_wait_deadline_atom, R, S  local: room R, still waiting for src
+//                               pages (its wait S), can no longer start in
+//                               time: it fails
 //   stats_query -> scheduler_stats
 //
 // Per batch: setup (manager) -> forward (the device's forward thread; the notifier
@@ -79,7 +80,7 @@ using page_wait_deadline_atom = caf::atom_constant<caf::atom("pgwaitdue")>;
 using scheduler_full_actor =
     scheduler_actor::extend<caf::reacts_to<batch_done>, caf::reacts_to<hold_forward>,
                             caf::reacts_to<forward_deadline_atom, uint64_t>,
-                            caf::reacts_to<page_wait_deadline_atom, room_id>,
+                            caf::reacts_to<page_wait_deadline_atom, room_id, uint64_t>,
                             caf::replies_to<stats_query>::with<scheduler_stats>>;
 
 struct scheduler_config {
@@ -117,6 +118,8 @@ struct prefill_room {
   bool busy = false;
   /// In scheduler_state::page_wait: it holds no pages yet.
   bool waiting_for_pages = false;
+  /// Which wait it is (its deadline timer carries it).
+  uint64_t wait_seq = 0;
   /// When its transfer_info arrived: decode fails the room timeouts.room
   /// after it sent it.
   std::chrono::steady_clock::time_point arrived;
@@ -160,6 +163,9 @@ struct scheduler_state {
   /// it could no longer start in time (`expired`). A room arriving while any
   /// wait is queued behind them, so that a large room is not starved.
   std::deque<room_id> page_wait;
+  uint64_t next_wait_seq = 0;
+  /// Set while admit_page_waiters runs (a room it settles calls it again).
+  bool admitting = false;
   std::deque<room_id> queue;
   std::map<uint64_t, batch_state> batches;
   uint64_t next_batch = 1;

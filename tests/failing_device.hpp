@@ -35,50 +35,6 @@ class wrapped_cpu_device : public prefill_device {
   std::unique_ptr<cpu_device> inner_;
 };
 
-/// A cpu_device whose forward reports a device error for the batches in
-/// `fail` (the rank's batch ids are 1, 2, ... in the order they run) after
-/// notifying only the first `notified` layers of them, as a GPU forward does
-/// when a kernel launch fails mid-batch. Its KV writes still happen: a room
-/// of a failed batch must fail although its bytes would check out. `code`:
-/// lserr::device_lost plays a sticky CUDA error (no forward can run again).
-class failing_device final : public wrapped_cpu_device {
- public:
-  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified,
-                 lserr code = lserr::event_failed)
-      : wrapped_cpu_device(std::move(inner)), fail_(std::move(fail)), notified_(notified),
-        code_(code) {}
-
-  std::string name() const override { return "cpu (failing)"; }
-
-  caf::expected<std::unique_ptr<forward_runner>>
-  make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
-               forward_runner::done_fn done) override {
-    // Batches run one after the other on the forward thread: the count of
-    // done calls so far names the running batch.
-    auto running = std::make_shared<std::atomic<uint64_t>>(1);
-    auto failing = [fail = fail_, running] {
-      return std::find(fail.begin(), fail.end(), running->load()) != fail.end();
-    };
-    return inner_->make_forward(
-        layer_compute,
-        [notify, failing, notified = notified_](uint32_t layer) {
-          if (!failing() || layer < notified)
-            notify(layer);
-        },
-        [done, failing, running, code = code_](uint64_t batch, forward_timing timing) {
-          if (failing())
-            timing.status = make_error(code, "kv_fill launch failed (test)");
-          ++*running;
-          done(batch, std::move(timing));
-        });
-  }
-
- private:
-  std::vector<uint64_t> fail_;
-  uint32_t notified_;
-  lserr code_;
-};
-
 /// Holds a forward thread until the test opens it, or for 30 s at most.
 class forward_gate {
  public:
@@ -98,6 +54,56 @@ class forward_gate {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool open_ = false;
+};
+
+/// A cpu_device whose forward reports a device error for the batches in
+/// `fail` (the rank's batch ids are 1, 2, ... in the order they run) after
+/// notifying only the first `notified` layers of them, as a GPU forward does
+/// when a kernel launch fails mid-batch. Its KV writes still happen: a room
+/// of a failed batch must fail although its bytes would check out. `code`:
+/// lserr::device_lost plays a sticky CUDA error (no forward can run again).
+/// With a `gate`, a failing batch reports only once the gate opens.
+class failing_device final : public wrapped_cpu_device {
+ public:
+  failing_device(std::unique_ptr<cpu_device> inner, std::vector<uint64_t> fail, uint32_t notified,
+                 lserr code = lserr::event_failed, std::shared_ptr<forward_gate> gate = nullptr)
+      : wrapped_cpu_device(std::move(inner)), fail_(std::move(fail)), notified_(notified),
+        code_(code), gate_(std::move(gate)) {}
+
+  std::string name() const override { return "cpu (failing)"; }
+
+  caf::expected<std::unique_ptr<forward_runner>>
+  make_forward(std::chrono::microseconds layer_compute, forward_runner::notify_fn notify,
+               forward_runner::done_fn done) override {
+    // Batches run one after the other on the forward thread: the count of
+    // done calls so far names the running batch.
+    auto running = std::make_shared<std::atomic<uint64_t>>(1);
+    auto failing = [fail = fail_, running] {
+      return std::find(fail.begin(), fail.end(), running->load()) != fail.end();
+    };
+    return inner_->make_forward(
+        layer_compute,
+        [notify, failing, notified = notified_](uint32_t layer) {
+          if (!failing() || layer < notified)
+            notify(layer);
+        },
+        [done, failing, running, code = code_, gate = gate_](uint64_t batch,
+                                                             forward_timing timing) {
+          if (failing()) {
+            if (gate)
+              gate->wait();
+            timing.status = make_error(code, "kv_fill launch failed (test)");
+          }
+          ++*running;
+          done(batch, std::move(timing));
+        });
+  }
+
+ private:
+  std::vector<uint64_t> fail_;
+  uint32_t notified_;
+  lserr code_;
+  std::shared_ptr<forward_gate> gate_;
 };
 
 /// A cpu_device whose forward hangs in batch `stall_batch` (the rank's batch

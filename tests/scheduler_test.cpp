@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -213,8 +215,9 @@ class SchedulerWithStandIns : public ::testing::Test {
 
   /// Requests for `rooms` (id, prompt tokens: 4 a page; decode pages 3, 1,
   /// then 4, 5, ...), all sent before the first answer is awaited; their
-  /// answers in that order.
-  std::vector<kv_ready> ask_all(const std::vector<std::pair<room_id, uint64_t>>& rooms) {
+  /// answers in that order. `after_send` runs once all are sent.
+  std::vector<kv_ready> ask_all(const std::vector<std::pair<room_id, uint64_t>>& rooms,
+                                const std::function<void()>& after_send = {}) {
     caf::scoped_actor self{sys_};
     std::vector<decltype(self->request(scheduler_, 30s, info_))> asked;
     for (auto [room, tokens] : rooms) {
@@ -226,6 +229,8 @@ class SchedulerWithStandIns : public ::testing::Test {
         info.dst_pages[k] = k + 2;
       asked.push_back(self->request(scheduler_, 30s, std::move(info)));
     }
+    if (after_send)
+      after_send();
     std::vector<kv_ready> out(rooms.size());
     for (size_t k = 0; k < asked.size(); ++k)
       asked[k].receive([&](kv_ready& ready) { out[k] = std::move(ready); },
@@ -482,11 +487,24 @@ TEST_F(SchedulerWithStandIns, ARoomWhoseDecodePagesAreBadIsRefusedBeforeItTakesA
 
 TEST_F(SchedulerWithStandIns, ARoomThatFindsTooFewFreePagesWaitsForThemInArrivalOrder) {
   script_->answer_finish = true;
-  ASSERT_TRUE(start(true));
-  // Room 5 takes 10 of the 16 pages. Room 6 needs 10 and waits for room 5
-  // to settle. Room 7 needs 1, which is free, but it came after room 6: it
-  // waits behind it, so that a large room is not starved by small ones.
-  auto answers = ask_all({{5, 40}, {6, 40}, {7, 4}});
+  auto cpu = tiny_cpu();
+  ASSERT_TRUE(cpu);
+  // Room 5 takes 10 of the 16 pages; its forward (batch 1) is held until
+  // every request is in. Room 6 needs 10 and waits for room 5 to settle.
+  // Room 7 needs 1, which is free, but it came after room 6: it waits
+  // behind it, so that a large room is not starved by small ones.
+  auto gate = std::make_shared<layerstream::testing::forward_gate>();
+  struct open_at_exit {
+    std::shared_ptr<layerstream::testing::forward_gate> gate;
+    ~open_at_exit() { gate->open(); }
+  } opener{gate};
+  ASSERT_TRUE(start(
+      true, std::make_unique<layerstream::testing::stalling_device>(std::move(cpu), 1, 1, gate)));
+  auto answers = ask_all({{5, 40}, {6, 40}, {7, 4}}, [&] {
+    // Handled after the three requests (one mailbox, in order).
+    EXPECT_EQ(stats().rooms_waited_for_pages, 2u);
+    gate->open();
+  });
   for (const auto& ready : answers)
     EXPECT_FALSE(ready.status) << ready.room << ": " << describe(ready.status);
   auto s = stats();
@@ -534,12 +552,21 @@ TEST_F(SchedulerWithStandIns, ALostDeviceFailsEveryRoomAndStopsTheScheduler) {
   auto cpu = tiny_cpu();
   ASSERT_TRUE(cpu);
   // Batch 1 (room 5, 10 of 16 pages) reports its device lost after its first
-  // layer went out; room 6 (10 pages) waits for pages meanwhile.
-  ASSERT_TRUE(start(true, std::make_unique<layerstream::testing::failing_device>(
-                              std::move(cpu), std::vector<uint64_t>{1}, 1, lserr::device_lost)));
+  // layer went out, once room 6 (10 pages) waits for pages.
+  auto gate = std::make_shared<layerstream::testing::forward_gate>();
+  struct open_at_exit {
+    std::shared_ptr<layerstream::testing::forward_gate> gate;
+    ~open_at_exit() { gate->open(); }
+  } opener{gate};
+  ASSERT_TRUE(
+      start(true, std::make_unique<layerstream::testing::failing_device>(
+                      std::move(cpu), std::vector<uint64_t>{1}, 1, lserr::device_lost, gate)));
   caf::scoped_actor self{sys_};
   self->monitor(scheduler_);
-  auto answers = ask_all({{5, 40}, {6, 40}});
+  auto answers = ask_all({{5, 40}, {6, 40}}, [&] {
+    EXPECT_EQ(stats().rooms_waited_for_pages, 1u);
+    gate->open();
+  });
   EXPECT_TRUE(is(answers[0].status, lserr::writes_in_flight)) << describe(answers[0].status);
   EXPECT_TRUE(mentions(answers[0].status, "the rank stops")) << describe(answers[0].status);
   EXPECT_TRUE(mentions(answers[0].status, "kv_fill launch failed (test)"))
@@ -562,4 +589,48 @@ TEST_F(SchedulerWithStandIns, ALostDeviceFailsEveryRoomAndStopsTheScheduler) {
       caf::after(std::chrono::seconds(10)) >>
           [] { ADD_FAILURE() << "the scheduler did not quit"; });
   EXPECT_TRUE(down);
+}
+
+TEST_F(SchedulerWithStandIns, ARoomBehindAWaiterThatTimedOutTakesTheFreePagesAtOnce) {
+  // Room 5 (per layer, 10 of 16 pages) never hears its finish answered: it
+  // holds its pages for 3 s. Room 6 needs 10 and waits until it can no
+  // longer start (about 0.9 s). Room 7 (bulk, 1 page) comes 100 ms after
+  // it: the 6 free pages fit it, and it takes them when room 6 leaves the
+  // queue, without waiting for a page to come back (or to its own end, 100
+  // ms later).
+  per_layer_min_tokens_ = 8;
+  transport_delay_ = 1ms;
+  ASSERT_TRUE(start(true));
+  auto late = std::async(std::launch::async, [this] {
+    std::this_thread::sleep_for(100ms);
+    return ask_all({{7, 4}}).front();
+  });
+  auto answers = ask_all({{5, 40}, {6, 40}});
+  auto seven = late.get();
+  EXPECT_TRUE(is(answers[0].status, lserr::writes_in_flight)) << describe(answers[0].status);
+  EXPECT_TRUE(mentions(answers[1].status, "ms for prefill pages")) << describe(answers[1].status);
+  EXPECT_FALSE(seven.status) << describe(seven.status);
+  EXPECT_EQ(stats().rooms_waited_for_pages, 2u);
+}
+
+TEST_F(SchedulerWithStandIns, AnEarlierWaitsTimerDoesNotFailALaterRoomWithTheSameId) {
+  // Every room goes by the bulk path, its submits answered 300 ms later.
+  // Room 5 waits behind room 4 (its timer is due about 0.9 s after it
+  // came), gets its pages and completes. Then room 5 comes again and waits
+  // behind room 6: the first timer fires during that second wait and must
+  // not end it.
+  per_layer_min_tokens_ = 1000;
+  transport_delay_ = 300ms;
+  ASSERT_TRUE(start(true));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& ready : ask_all({{4, 40}, {5, 40}}))
+    EXPECT_FALSE(ready.status) << ready.room << ": " << describe(ready.status);
+  const auto first_wait_ended = std::chrono::steady_clock::now() - t0;
+  auto again = ask_all({{6, 40}, {5, 40}});
+  for (const auto& ready : again)
+    EXPECT_FALSE(ready.status) << ready.room << ": " << describe(ready.status);
+  EXPECT_EQ(stats().rooms_waited_for_pages, 2u);
+  // The second wait spanned the first timer (else the test proves nothing).
+  EXPECT_LT(first_wait_ended, 900ms);
+  EXPECT_GT(std::chrono::steady_clock::now() - t0, 900ms);
 }
