@@ -682,11 +682,6 @@ void check_general(const deployment_config& c, const std::string& file) {
       refuse(file, key,
              std::to_string(pages) + " pages of " + std::to_string(per_page) +
                  " bytes (all layers) pass 2^64");
-    if (bytes > max_pool_bytes)
-      refuse(file, key,
-             std::to_string(pages) + " pages of " + std::to_string(per_page) +
-                 " bytes (all layers) are " + std::to_string(bytes >> 30) +
-                 " GiB, past the 1 TiB a pool may map");
   }
 
   for (size_t i = 0; i < c.decode.prefill.size(); ++i)
@@ -742,8 +737,22 @@ void check_general(const deployment_config& c, const std::string& file) {
            "unknown level " + quoted(c.log.level) + "; one of " + one_of(log_levels));
 }
 
+/// A pool the role maps must not pass the 1 TiB the KV pool maps at most
+/// (model/kv_pool.cpp); the loader has checked that its bytes fit in 2^64.
+void check_pool_bytes(const deployment_config& c, const char* key, uint64_t pages,
+                      const std::string& file) {
+  const uint64_t per_page = c.model.item_len() * c.model.layers * (c.model.mla ? 1 : 2);
+  const uint64_t bytes = pages * per_page;
+  if (bytes > max_pool_bytes)
+    refuse(file, key,
+           std::to_string(pages) + " pages of " + std::to_string(per_page) +
+               " bytes (all layers) are " + std::to_string(bytes >> 30) +
+               " GiB, past the 1 TiB a pool may map");
+}
+
 /// The prefill pool must hold max_batch requests' owned CP slices at once.
 void check_prefill_pool(const deployment_config& c, const std::string& file) {
+  check_pool_bytes(c, "prefill.pool_pages", c.prefill.pool_pages, file);
   uint64_t pages = ceil_div(c.workload.max_tokens, c.model.page_size);
   uint64_t slice = ceil_div(pages, c.cluster.cp_size); // the first ranks get one extra page
   uint64_t need = 0;
@@ -759,6 +768,7 @@ void check_prefill_pool(const deployment_config& c, const std::string& file) {
 
 /// The decode pool must hold at least one whole largest request.
 void check_decode_pool(const deployment_config& c, const std::string& file) {
+  check_pool_bytes(c, "decode.pool_pages", c.decode.pool_pages, file);
   uint64_t pages = ceil_div(c.workload.max_tokens, c.model.page_size);
   if (c.decode.pool_pages < pages)
     refuse(file, "decode.pool_pages",

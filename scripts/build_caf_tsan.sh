@@ -21,7 +21,9 @@ sudo=""
 instrumented() {
   local lib
   lib=$(ls "$prefix"/lib*/libcaf_core.so 2>/dev/null | head -1)
-  [ -n "$lib" ] && nm -D "$lib" 2>/dev/null | grep -q "__tsan_init"
+  # grep reads all of nm's output (no -q): under pipefail an nm killed by
+  # SIGPIPE would fail the check on a good library.
+  [ -n "$lib" ] && nm -D "$lib" 2>/dev/null | grep "__tsan_init" >/dev/null
 }
 if [ -f "$prefix/.complete" ]; then
   if instrumented; then

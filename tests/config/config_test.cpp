@@ -549,13 +549,19 @@ TEST(ConfigLoader, APoolWhoseBytesPass2To64IsRefused) {
                  "decode.pool_pages", "pass 2^64");
 }
 
-TEST(ConfigLoader, APoolPast1TiBIsRefusedAsTheKvPoolWouldRefuseIt) {
+TEST(ConfigLoader, APoolPast1TiBIsRefusedForTheRolesThatMapIt) {
   // 2 MiB a page (one layer, one buffer): 2^19 pages are 1 TiB exactly.
   const std::string big = "[model]\nlayers = 1\nkv_heads = 1\nhead_dim = 1024\ndtype_bytes = 2\n"
                           "page_size = 1024\nmla = true\n";
-  expect_refused(big + "[prefill]\npool_pages = 524289\n", "prefill.pool_pages",
-                 "past the 1 TiB a pool may map");
-  EXPECT_EQ(parse_ok(big + "[prefill]\npool_pages = 524288\n").prefill.pool_pages, 524288u);
+  auto cfg = parse_ok(big + "[prefill]\npool_pages = 524289\n[decode]\npool_pages = 524288\n");
+  expect_invalid(cfg, config_role::demo, "prefill.pool_pages", "past the 1 TiB a pool may map");
+  // A decode node maps only its own pool, which is 1 TiB exactly.
+  cfg.cluster.token = std::string(32, 't');
+  cfg.cluster.cp_size = 1;
+  cfg.decode.prefill = {"127.0.0.1:7001"};
+  EXPECT_FALSE(validate_for(cfg, config_role::decode, "cli").has_value());
+  cfg.decode.pool_pages = 524289;
+  expect_invalid(cfg, config_role::decode, "decode.pool_pages", "past the 1 TiB a pool may map");
 }
 
 TEST(ConfigLoader, FirstRoomIsAtLeastOne) {
