@@ -239,11 +239,20 @@ class SchedulerWithStandIns : public ::testing::Test {
   }
 
   void TearDown() override {
+    for (auto& gate : gates_)
+      gate->open(); // no forward thread waits on past its test
     caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(manager_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(transport_, caf::exit_reason::user_shutdown);
     sys_.await_all_actors_done(); // the scheduler's forward thread stops before the device goes
     device_.reset();
+  }
+
+  /// A gate for a stalling or failing device; TearDown opens it at the
+  /// latest (a test that stops early must not leave a forward thread held).
+  std::shared_ptr<layerstream::testing::forward_gate> new_gate() {
+    gates_.push_back(std::make_shared<layerstream::testing::forward_gate>());
+    return gates_.back();
   }
 
   /// The scheduler's stats (after the room answered: its batch settled).
@@ -285,6 +294,7 @@ class SchedulerWithStandIns : public ::testing::Test {
   /// transfer.per_layer_min_tokens: shorter rooms go by the bulk path.
   uint64_t per_layer_min_tokens_ = 0;
   transfer_info info_;
+  std::vector<std::shared_ptr<layerstream::testing::forward_gate>> gates_;
   manager_actor manager_;
   transport_actor transport_;
   scheduler_full_actor scheduler_;
@@ -399,11 +409,7 @@ TEST_F(SchedulerWithStandIns,
   ASSERT_TRUE(cpu);
   // Batch 1 (room 5, 2 pages) hangs before its last layer; its deadline is
   // timeouts.room (1 s). Room 6 (1 page) waits in the queue behind it.
-  auto gate = std::make_shared<layerstream::testing::forward_gate>();
-  struct open_at_exit {
-    std::shared_ptr<layerstream::testing::forward_gate> gate;
-    ~open_at_exit() { gate->open(); }
-  } opener{gate};
+  auto gate = new_gate();
   ASSERT_TRUE(start(
       true, std::make_unique<layerstream::testing::stalling_device>(std::move(cpu), 1, 1, gate)));
   auto answers = ask_all({{5, 8}, {6, 4}});
@@ -493,11 +499,7 @@ TEST_F(SchedulerWithStandIns, ARoomThatFindsTooFewFreePagesWaitsForThemInArrival
   // every request is in. Room 6 needs 10 and waits for room 5 to settle.
   // Room 7 needs 1, which is free, but it came after room 6: it waits
   // behind it, so that a large room is not starved by small ones.
-  auto gate = std::make_shared<layerstream::testing::forward_gate>();
-  struct open_at_exit {
-    std::shared_ptr<layerstream::testing::forward_gate> gate;
-    ~open_at_exit() { gate->open(); }
-  } opener{gate};
+  auto gate = new_gate();
   ASSERT_TRUE(start(
       true, std::make_unique<layerstream::testing::stalling_device>(std::move(cpu), 1, 1, gate)));
   auto answers = ask_all({{5, 40}, {6, 40}, {7, 4}}, [&] {
@@ -553,11 +555,7 @@ TEST_F(SchedulerWithStandIns, ALostDeviceFailsEveryRoomAndStopsTheScheduler) {
   ASSERT_TRUE(cpu);
   // Batch 1 (room 5, 10 of 16 pages) reports its device lost after its first
   // layer went out, once room 6 (10 pages) waits for pages.
-  auto gate = std::make_shared<layerstream::testing::forward_gate>();
-  struct open_at_exit {
-    std::shared_ptr<layerstream::testing::forward_gate> gate;
-    ~open_at_exit() { gate->open(); }
-  } opener{gate};
+  auto gate = new_gate();
   ASSERT_TRUE(
       start(true, std::make_unique<layerstream::testing::failing_device>(
                       std::move(cpu), std::vector<uint64_t>{1}, 1, lserr::device_lost, gate)));
