@@ -5,7 +5,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -16,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/notifier.hpp"
+#include "common/json_file.hpp"
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "config/loader.hpp"
@@ -746,10 +746,7 @@ int run_tail_bench(const tail_bench_options& opts_in) {
                      {"compute_wait", o.compute_wait},
                      {"notify_spin_us", spin_us},
                      {"configs", configs}};
-    std::ofstream out{o.json_path};
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    out.close(); // a write error may show only when the buffer is flushed
-    if (!out) {
+    if (!write_json_file(o.json_path, j)) {
       std::cerr << "layerstream bench tail: cannot write " << o.json_path << "\n";
       return 1;
     }

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "common/json_file.hpp"
 #include "common/log.hpp"
 #include "transport/fabric/endpoint.hpp"
 #include "transport/fabric/fabric_check.hpp"
@@ -270,10 +270,7 @@ int run_transport_bench(const transport_bench_options& opts) {
                                 {"size", row.size},
                                 {"raw_gbps", row.raw_gbps},
                                 {"actor_gbps", row.actor_gbps}});
-    std::ofstream file{opts.json_path};
-    file << out.dump(2) << "\n";
-    file.close(); // a write error may show only when the buffer is flushed
-    if (!file) {
+    if (!write_json_file(opts.json_path, out)) {
       std::fprintf(stderr, "bench transport: cannot write %s\n", opts.json_path.c_str());
       rc = 1;
     }

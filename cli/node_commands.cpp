@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/deadlines.hpp"
+#include "common/json_file.hpp"
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "config/loader.hpp"
@@ -264,12 +265,9 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
                      {"failures", rep.failures}};
     if (!digest.empty())
       j["pool_digest"] = digest;
-    // Failure texts come from peers: bytes that are not UTF-8 are replaced,
-    // not thrown on. Closed before the check, so that a full disk is seen.
-    std::ofstream out{json_path};
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    out.close();
-    if (!out) {
+    // Failure texts come from peers: write_json_file replaces bytes that
+    // are not UTF-8.
+    if (!write_json_file(json_path, j)) {
       std::cerr << "layerstream: cannot write " << json_path << "\n";
       return 1;
     }

@@ -1,9 +1,10 @@
 #include "common/trace.hpp"
 
 #include <algorithm>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
+
+#include "common/json_file.hpp"
 
 namespace layerstream {
 
@@ -48,12 +49,8 @@ bool trace_recorder::write(const std::string& path) const {
       j["s"] = "t";
     list.push_back(std::move(j));
   }
-  std::ofstream out{path};
-  out << nlohmann::json{{"traceEvents", std::move(list)}, {"displayTimeUnit", "ms"}}.dump(
-             -1, ' ', false, nlohmann::json::error_handler_t::replace)
-      << "\n";
-  out.close(); // a write error may show only when the buffer is flushed
-  return static_cast<bool>(out);
+  return write_json_file(
+      path, nlohmann::json{{"traceEvents", std::move(list)}, {"displayTimeUnit", "ms"}}, -1);
 }
 
 } // namespace layerstream
