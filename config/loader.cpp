@@ -15,11 +15,10 @@
 #include <type_traits>
 
 #include <sys/stat.h>
-
-#include "common/limits.hpp"
 #include <toml++/toml.h>
 
 #include "common/error.hpp"
+#include "common/limits.hpp"
 
 namespace layerstream {
 

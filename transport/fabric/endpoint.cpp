@@ -14,6 +14,7 @@
 #include "common/log.hpp"
 #include "common/net_guard.hpp"
 #include "transport/fabric/fabric_check.hpp"
+#include "transport/transfer_plan.hpp"
 
 namespace layerstream::fabric {
 
@@ -305,7 +306,7 @@ caf::expected<fi_addr_t> endpoint::insert_peer(const std::vector<uint8_t>& addre
 
 const local_registration* endpoint::find_registration(uint64_t addr, uint64_t len) const {
   for (const auto& reg : registrations_)
-    if (addr >= reg.base && len <= reg.length && addr - reg.base <= reg.length - len)
+    if (range_contains(reg.base, reg.length, addr, len))
       return &reg;
   return nullptr;
 }
