@@ -636,26 +636,17 @@ void admit_page_waiters(self_ptr self) {
     return; // a room settled inside the loop below: the loop goes on
   st.admitting = true;
   while (!st.page_wait.empty()) {
+    // Every room in the wait is a waiting room of st.rooms: settle_room takes
+    // a room out of the wait, and an admitted one is popped below.
     const auto room = st.page_wait.front();
-    auto i = st.rooms.find(room);
-    if (i == st.rooms.end() || !i->second.waiting_for_pages) {
-      st.page_wait.pop_front(); // not expected: settle_room takes a waiting room out
-      continue;
-    }
-    auto& rs = i->second;
-    if (st.overdue || st.device_lost) {
-      st.page_wait.pop_front();
-      settle_room(self, room, st.device_lost ? st.device_lost : st.overdue->reason);
-      continue;
-    }
-    if (auto never = never_fits(st, rs.owned.size())) {
-      st.page_wait.pop_front();
-      settle_room(self, room, std::move(never));
-      continue;
-    }
-    if (auto late = expired(st, rs, std::chrono::steady_clock::now(), "prefill pages")) {
-      st.page_wait.pop_front();
-      settle_room(self, room, std::move(late));
+    auto& rs = st.rooms.at(room);
+    auto refused = st.device_lost ? st.device_lost
+                   : st.overdue   ? st.overdue->reason
+                                  : never_fits(st, rs.owned.size());
+    if (!refused)
+      refused = expired(st, rs, std::chrono::steady_clock::now(), "prefill pages");
+    if (refused) {
+      settle_room(self, room, std::move(refused));
       continue;
     }
     auto pages = st.pages->allocate(rs.owned.size());

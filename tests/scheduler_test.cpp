@@ -248,6 +248,20 @@ class SchedulerWithStandIns : public ::testing::Test {
     device_.reset();
   }
 
+  /// Starts per layer over a cpu_device whose batch 1 stalls before its
+  /// layer 1 until the returned gate opens; null (and a test failure) if
+  /// there is no device.
+  std::shared_ptr<layerstream::testing::forward_gate> start_stalled() {
+    auto cpu = tiny_cpu();
+    if (!cpu)
+      return nullptr;
+    auto gate = new_gate();
+    if (!start(true,
+               std::make_unique<layerstream::testing::stalling_device>(std::move(cpu), 1, 1, gate)))
+      return nullptr;
+    return gate;
+  }
+
   /// A gate for a stalling or failing device; TearDown opens it at the
   /// latest (a test that stops early must not leave a forward thread held).
   std::shared_ptr<layerstream::testing::forward_gate> new_gate() {
@@ -405,13 +419,10 @@ TEST_F(SchedulerWithStandIns,
 TEST_F(SchedulerWithStandIns,
        AForwardPastItsDeadlineFailsItsRoomsAndTheRankRefusesRequestsUntilItEnds) {
   script_->answer_finish = true;
-  auto cpu = tiny_cpu();
-  ASSERT_TRUE(cpu);
   // Batch 1 (room 5, 2 pages) hangs before its last layer; its deadline is
   // timeouts.room (1 s). Room 6 (1 page) waits in the queue behind it.
-  auto gate = new_gate();
-  ASSERT_TRUE(start(
-      true, std::make_unique<layerstream::testing::stalling_device>(std::move(cpu), 1, 1, gate)));
+  auto gate = start_stalled();
+  ASSERT_TRUE(gate);
   auto answers = ask_all({{5, 8}, {6, 4}});
   for (const auto& ready : answers) {
     EXPECT_TRUE(is(ready.status, lserr::timeout)) << ready.room << ": " << describe(ready.status);
@@ -493,15 +504,12 @@ TEST_F(SchedulerWithStandIns, ARoomWhoseDecodePagesAreBadIsRefusedBeforeItTakesA
 
 TEST_F(SchedulerWithStandIns, ARoomThatFindsTooFewFreePagesWaitsForThemInArrivalOrder) {
   script_->answer_finish = true;
-  auto cpu = tiny_cpu();
-  ASSERT_TRUE(cpu);
   // Room 5 takes 10 of the 16 pages; its forward (batch 1) is held until
   // every request is in. Room 6 needs 10 and waits for room 5 to settle.
   // Room 7 needs 1, which is free, but it came after room 6: it waits
   // behind it, so that a large room is not starved by small ones.
-  auto gate = new_gate();
-  ASSERT_TRUE(start(
-      true, std::make_unique<layerstream::testing::stalling_device>(std::move(cpu), 1, 1, gate)));
+  auto gate = start_stalled();
+  ASSERT_TRUE(gate);
   auto answers = ask_all({{5, 40}, {6, 40}, {7, 4}}, [&] {
     // Handled after the three requests (one mailbox, in order).
     EXPECT_EQ(stats().rooms_waited_for_pages, 2u);
