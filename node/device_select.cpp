@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 
 #ifdef LAYERSTREAM_WITH_CUDA
+#include "device/cuda_event.hpp"
 #include "device/gpu_device.hpp"
 #include "transport/fabric/endpoint.hpp"
 #endif
@@ -14,6 +15,14 @@ bool built_with_cuda() {
   return true;
 #else
   return false;
+#endif
+}
+
+caf::expected<int> visible_cuda_devices() {
+#ifdef LAYERSTREAM_WITH_CUDA
+  return cuda_device_count();
+#else
+  return 0;
 #endif
 }
 

@@ -16,6 +16,10 @@ namespace layerstream {
 /// True if this binary was built with the CUDA device layer.
 bool built_with_cuda();
 
+/// CUDA devices this process sees (cudaGetDeviceCount); an error where the
+/// runtime finds none or no driver, 0 in a binary built without CUDA.
+caf::expected<int> visible_cuda_devices();
+
 caf::expected<std::unique_ptr<prefill_device>> make_prefill_device(const deployment_config& cfg,
                                                                    uint32_t cp_rank);
 

@@ -334,15 +334,16 @@ TEST(ForwardFailure, WhenEveryBatchFailsNoRoomCompletesAndTheBulkPathSendsNothin
 
 namespace {
 
-/// Why the GPU forward cannot run here ("" = it can).
+/// Why the GPU forward cannot run here ("" = it can). Only a build without
+/// CUDA or a machine with no visible device skips: where a device is seen,
+/// a GPU forward that fails to start fails the test with its reason.
 std::string gpu_unavailable() {
   if (!built_with_cuda())
     return "this build has no CUDA (nvcc not found, or a sanitizer build)";
-  auto cfg = harness_config(shape{1, false, 0, 1});
-  cfg.prefill.device = "gpu";
-  cfg.prefill.pool_pages = 1;
-  auto dev = make_prefill_device(cfg, 0);
-  return dev ? std::string{} : describe(dev.error());
+  auto devices = visible_cuda_devices();
+  if (!devices)
+    return "no CUDA device: " + describe(devices.error());
+  return *devices == 0 ? "no CUDA device is visible" : std::string{};
 }
 
 /// The GPU run completed every room, bit-exact, and decode's pool is the CPU run's.
