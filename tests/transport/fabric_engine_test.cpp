@@ -675,6 +675,57 @@ TEST_P(FabricEngine, AnInjectedCqErrorFailsExactlyItsJobAndOtherJobsLandBitExact
   EXPECT_FALSE(again.status) << describe(again.status);
 }
 
+TEST_P(FabricEngine, WritesThatFailWithoutContextFailOnlyTheirPeersJobsAndGiveTheirSlotsBack) {
+  // shm reports every write to a dead peer as an error with no op_context.
+  // Injected here on every provider: all writes of job 3 (to A) fail that
+  // way while job 4 (to B) is in flight beside them. Only A's job and A
+  // fail; B's job lands and B stays usable; every slot comes back.
+  constexpr uint64_t len = 256 << 10;
+  auto& src = sized(src_, 2 * len);
+  auto& dst = sized(dst_, len);
+  std::mt19937_64 rng{11};
+  test::fill_random(src, rng);
+  auto faults = std::make_shared<fabric::job_faults_without_context>(std::set<uint64_t>{3});
+  fabric::fabric_config init_cfg;
+  init_cfg.max_write_size = 16 << 10; // 16 writes per job
+  init_cfg.max_in_flight = 8;         // fewer slots than one job's writes
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, 10s, faults));
+  if (IsSkipped())
+    return;
+  ASSERT_NO_FATAL_FAILURE(open_second_target(2, test::addr_of(src)));
+  ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), len}}));
+  ASSERT_FALSE(
+      initiator_->submit(4, peer_b_, {{test::addr_of(src, len), region_b_.base, 64 << 10}}));
+  auto to_a = done_.wait(3, result_wait);
+  auto to_b = done_.wait(4, result_wait);
+  ASSERT_TRUE(to_a.has_value()) << "the job whose writes failed without context never ended";
+  ASSERT_TRUE(to_b.has_value());
+  ASSERT_TRUE(to_a->status) << "writes that failed without context reported success";
+  EXPECT_TRUE(is(to_a->status, lserr::transfer_failed)) << describe(to_a->status);
+  EXPECT_NE(describe(to_a->status).find("without its op_context"), std::string::npos)
+      << describe(to_a->status);
+  EXPECT_NE(initiator_->peer_failure(peer_), "");
+  ASSERT_FALSE(to_b->status) << describe(to_b->status);
+  EXPECT_EQ(std::memcmp(dst_b_.data(), src.data() + len, 64 << 10), 0);
+  EXPECT_EQ(initiator_->peer_failure(peer_b_), "");
+  // Every slot is free again: a job of 16 writes to B, all 8 slots at a
+  // time (B may take half), lands; and every posted write was accounted.
+  auto again = initiator_->submit(5, peer_b_, {{test::addr_of(src), region_b_.base, 64 << 10}});
+  ASSERT_FALSE(again) << describe(again);
+  auto r5 = done_.wait(5, result_wait);
+  ASSERT_TRUE(r5.has_value());
+  EXPECT_FALSE(r5->status) << describe(r5->status);
+  EXPECT_EQ(std::memcmp(dst_b_.data(), src.data(), 64 << 10), 0);
+  const auto& st = initiator_->stats();
+  EXPECT_EQ(st.writes_posted.load(),
+            st.writes_completed.load() + st.op_errors.load() + st.peer_errors.load());
+  // Job 3's posted writes (A may hold half the 8 slots) each failed once;
+  // none was posted after A was marked failed.
+  EXPECT_GE(st.peer_errors.load(), 1u);
+  EXPECT_LE(st.peer_errors.load(), 4u);
+  EXPECT_EQ(st.injected_errors.load(), st.peer_errors.load());
+}
+
 TEST_P(FabricEngine, APeerAddressOfTheWrongShapeIsRefusedBeforeTheProviderReadsIt) {
   // fi_av_insert takes no length. A name one byte short (a transfer_info
   // can carry any bytes) would be read past its end; an IP name padded to

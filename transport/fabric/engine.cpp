@@ -393,6 +393,12 @@ int engine::read_cq() {
           op_failed(*o, "injected CQ error completion (fault injection, per-op)", false);
           continue;
         }
+        if (faults_ && role_ == role::initiator && faults_->lose_context(j->id)) {
+          stats_.injected_errors.fetch_add(1, std::memory_order_relaxed);
+          error_without_context("injected CQ error completion without its op_context "
+                                "(fault injection, as shm reports a dead peer's writes)");
+          continue;
+        }
         j->in_flight -= 1;
         j->peer->in_flight -= 1;
         j->bytes_done += o->len;
@@ -420,23 +426,8 @@ int engine::read_cq() {
     }
     ++completed;
     const std::string text = cq_error_text(cq, err);
-    if (err.op_context == nullptr) {
-      // shm reports errors with a NULL op_context: we cannot tell which write
-      // failed, so every job with writes in flight on this endpoint fails
-      // (their slots stay taken; the endpoint is likely wedged anyway).
-      LS_ERROR("fabric: {} completion error without context: {}; failing all {} writes in flight",
-               provider_, text, in_flight_);
-      for (auto& j : active_)
-        if (!j->reported && j->in_flight > 0) {
-          // Its other writes are still posted: they may land.
-          fail_job(*j,
-                   make_error(lserr::writes_in_flight, "write to peer " +
-                                                           std::to_string(j->peer_idx) +
-                                                           " failed (" + provider_ + "): " + text),
-                   true);
-          j->reported = true;
-          reports_under_lock_.push_back(job_result{j->id, j->status, j->bytes_done});
-        }
+    if (err.op_context == nullptr && role_ == role::initiator) {
+      error_without_context(text);
       continue;
     }
     if (role_ == role::target) {
@@ -445,7 +436,36 @@ int engine::read_cq() {
     }
     op_failed(*static_cast<op*>(err.op_context), text, !per_op_error(err.err));
   }
+  reclaim_unattributed();
   return completed;
+}
+
+// shm reports a failed write with a NULL op_context (TOOLCHAIN.md): which
+// write failed, hence which job and peer, is unknown. Each such entry is
+// still the one completion of one posted write, so the writes of healthy
+// peers go on completing normally, and once every posted write has
+// completed one way or the other, the writes still posted are exactly the
+// failed ones (reclaim_unattributed). Only their jobs and peers fail, and
+// their slots come back. Until then a failed write's job waits, bounded by
+// its deadline.
+void engine::error_without_context(const std::string& text) {
+  ++unattributed_errors_;
+  unattributed_text_ = text;
+  LS_ERROR("fabric: {} write failed, completion without context: {} ({} of {} writes in flight "
+           "failed, which ones is known once the others complete)",
+           provider_, text, unattributed_errors_, in_flight_);
+}
+
+void engine::reclaim_unattributed() {
+  if (unattributed_errors_ == 0 || unattributed_errors_ < in_flight_)
+    return;
+  if (unattributed_errors_ > in_flight_)
+    LS_ERROR("fabric: {} reported {} failed writes without context, but only {} were in flight",
+             provider_, unattributed_errors_, in_flight_);
+  for (auto& o : ops_)
+    if (o.owner != nullptr)
+      op_failed(o, unattributed_text_, true);
+  unattributed_errors_ = 0;
 }
 
 void engine::op_failed(op& o, const std::string& text, bool peer_level) {

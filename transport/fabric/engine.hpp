@@ -160,6 +160,8 @@ class engine {
   void wait_for_work();
   void fail_job(job& j, caf::error err, bool mark_peer);
   void op_failed(op& o, const std::string& text, bool peer_level);
+  void error_without_context(const std::string& text);
+  void reclaim_unattributed();
   void mark_failed(peer_state& p, const std::string& why);
   void log_eagain();
 
@@ -196,6 +198,9 @@ class engine {
   std::vector<void*> gather_desc_;
   std::vector<fi_rma_iov> gather_rma_;
   uint64_t in_flight_ = 0;
+  // Error completions with no op_context (shm) not yet matched to their writes.
+  uint64_t unattributed_errors_ = 0;
+  std::string unattributed_text_;
   bool eagain_ = false;
   uint64_t post_round_ = 0; // post_ready() calls (worker only)
   uint32_t idle_rounds_ = 0;

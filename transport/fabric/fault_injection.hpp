@@ -25,6 +25,11 @@ class fault_injector {
   /// One successful completion of a write of job `job_id`: true turns it
   /// into an error completion.
   virtual bool fail_completion(uint64_t job_id) = 0;
+  /// The same completion, when fail_completion said no: true turns it into
+  /// an error completion WITHOUT its op_context, as shm reports every write
+  /// to a peer that died (TOOLCHAIN.md): the engine cannot tell which write
+  /// failed, and the write keeps its slot until the engine works it out.
+  virtual bool lose_context(uint64_t /*job_id*/) { return false; }
 };
 
 /// Fails the first completion of each chosen job.
@@ -34,6 +39,22 @@ class job_faults final : public fault_injector {
   bool fail_completion(uint64_t job_id) override {
     std::lock_guard<std::mutex> guard{mutex_};
     return jobs_.erase(job_id) > 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<uint64_t> jobs_;
+};
+
+/// Turns every completion of each chosen job into an error completion with
+/// no op_context (the writes of a dead shm peer).
+class job_faults_without_context final : public fault_injector {
+ public:
+  explicit job_faults_without_context(std::set<uint64_t> jobs) : jobs_(std::move(jobs)) {}
+  bool fail_completion(uint64_t) override { return false; }
+  bool lose_context(uint64_t job_id) override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    return jobs_.count(job_id) > 0;
   }
 
  private:
