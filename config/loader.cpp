@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <type_traits>
 
 #include <sys/stat.h>
@@ -94,6 +95,11 @@ constexpr const char* kv_exports[] = {"auto", "staging", "hmem"};
 constexpr const char* compute_waits[] = {"spin", "sleep"};
 constexpr const char* log_levels[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr uint32_t max_cp_size = 64;
+// Layers of one model (the largest served today have ~130); a per-room
+// transfer_info carries one pointer and one length per layer.
+constexpr uint64_t max_layers = 4096;
+// What to_toml(secrets::redact) writes in place of the token; never a token.
+constexpr std::string_view redacted_prefix = "<redacted: ";
 // Pages of one pool: 2^26 (the allocator keeps 8 bytes per free page).
 constexpr uint64_t max_pool_pages = uint64_t{1} << 26;
 // Rooms of one run (the driver sends all their open_room at once).
@@ -563,7 +569,28 @@ void check_tls_files(const tls_config& tls, const std::string& file) {
   }
 }
 
+/// TOML integers are signed 64-bit: an unsigned value a command-line flag
+/// set past 2^63 - 1 could not be written back (to_toml) or read again.
+class toml_integer_check {
+ public:
+  explicit toml_integer_check(const std::string& file) : file_(file) {}
+  void table(const char* name) { table_ = name; }
+  template <class T>
+  void field(const char* key, const T& value) {
+    if constexpr (std::is_same_v<T, uint64_t>)
+      if (value > uint64_t{std::numeric_limits<int64_t>::max()})
+        refuse(file_, table_ + "." + key,
+               "must be at most 2^63 - 1 (a TOML integer), got " + std::to_string(value));
+  }
+
+ private:
+  const std::string& file_;
+  std::string table_;
+};
+
 void check_general(const deployment_config& c, const std::string& file) {
+  toml_integer_check integers{file};
+  visit_fields(c, integers);
   check_tls_keys(c.tls, file);
   const auto& m = c.model;
   using named = std::pair<const char*, uint64_t>;
@@ -573,6 +600,9 @@ void check_general(const deployment_config& c, const std::string& file) {
                                                         {"model.page_size", m.page_size}})
     if (value == 0)
       refuse(file, key, "must be at least 1, got 0");
+  if (m.layers > max_layers)
+    refuse(file, "model.layers",
+           "must be at most " + std::to_string(max_layers) + ", got " + std::to_string(m.layers));
   if (m.dtype_bytes != 1 && m.dtype_bytes != 2 && m.dtype_bytes != 4)
     refuse(file, "model.dtype_bytes",
            "must be 1, 2 or 4 (bytes per element), got " + std::to_string(m.dtype_bytes));
@@ -778,6 +808,10 @@ void check_decode_pool(const deployment_config& c, const std::string& file) {
 
 /// prefill and decode talk over the control plane: they need the cluster token.
 void check_token(const deployment_config& c, const std::string& file) {
+  if (std::string_view{c.cluster.token}.substr(0, redacted_prefix.size()) == redacted_prefix)
+    refuse(file, "cluster.token",
+           "holds the placeholder a redacted config dump prints, not a secret: set the "
+           "cluster's shared token");
   if (c.cluster.token.size() < min_token_chars)
     refuse(file, "cluster.token",
            c.cluster.token.empty()
@@ -921,7 +955,7 @@ std::optional<config_error> validate_for(const deployment_config& cfg, config_ro
 std::string redacted(const std::string& secret) {
   if (secret.empty())
     return "";
-  return "<redacted: " + std::to_string(secret.size()) + " chars>";
+  return std::string{redacted_prefix} + std::to_string(secret.size()) + " chars>";
 }
 
 std::string to_toml(const deployment_config& cfg, secrets mode) {

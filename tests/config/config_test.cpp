@@ -428,6 +428,11 @@ TEST(ConfigLoader, ZeroLayersIsRefused) {
   expect_refused("[model]\nlayers = 0\n", "model.layers", "must be at least 1");
 }
 
+TEST(ConfigLoader, MoreThan4096LayersIsRefused) {
+  expect_refused("[model]\nlayers = 4097\n", "model.layers", "must be at most 4096, got 4097");
+  EXPECT_EQ(parse_ok("[model]\nlayers = 4096\n").model.layers, 4096u);
+}
+
 TEST(ConfigLoader, ZeroPageSizeIsRefused) {
   expect_refused("[model]\npage_size = 0\n", "model.page_size", "must be at least 1");
 }
@@ -543,7 +548,7 @@ TEST(ConfigLoader, ZeroPoolPagesIsRefused) {
 TEST(ConfigLoader, APoolWhoseBytesPass2To64IsRefused) {
   // 2^38 bytes a page over all layers (the prefill pool's one page is under
   // the 1 TiB cap), 2^26 pages.
-  expect_refused("[model]\nlayers = 65536\nkv_heads = 1\nhead_dim = 65536\ndtype_bytes = 2\n"
+  expect_refused("[model]\nlayers = 4096\nkv_heads = 1\nhead_dim = 1048576\ndtype_bytes = 2\n"
                  "page_size = 16\nmla = false\n[prefill]\npool_pages = 1\n"
                  "[decode]\npool_pages = 67108864\n",
                  "decode.pool_pages", "pass 2^64");
@@ -910,6 +915,31 @@ TEST(ConfigToToml, TheTokenIsRedactedUnlessRevealed) {
   cfg.cluster.token.clear();
   EXPECT_NE(to_toml(cfg).find("token = \"\""), std::string::npos);
   EXPECT_EQ(redacted("short"), "<redacted: 5 chars>");
+}
+
+// The effective config a command logs at debug is a valid file but for the
+// token: its placeholder must not pass for a token of 20 characters.
+TEST(ConfigToToml, ARedactedDumpDoesNotLoadWithItsPlaceholderAsTheToken) {
+  auto text = to_toml(valid_config());
+  ASSERT_NE(text.find("<redacted: "), std::string::npos) << text;
+  auto cfg = parse_ok(text);
+  for (auto role : {config_role::prefill, config_role::decode})
+    expect_invalid(cfg, role, "cluster.token", "placeholder a redacted config dump prints");
+  EXPECT_FALSE(
+      validate_for(parse_ok(to_toml(valid_config(), secrets::reveal)), config_role::prefill, "cli")
+          .has_value());
+}
+
+// A flag can set a 64-bit unsigned value that no TOML file can hold (TOML
+// integers are signed): refused, so the logged config always loads again.
+TEST(ConfigToToml, AnUnsignedValuePast2To63IsRefusedSoEveryValidConfigPrintsAsToml) {
+  auto cfg = valid_config();
+  cfg.transfer.chunk_tokens = uint64_t{1} << 63; // a multiple of every page size
+  expect_invalid(cfg, config_role::demo, "transfer.chunk_tokens", "at most 2^63 - 1");
+  cfg.transfer.chunk_tokens = (uint64_t{1} << 63) - 16;
+  EXPECT_FALSE(validate_for(cfg, config_role::demo, "cli").has_value());
+  EXPECT_EQ(parse_ok(to_toml(cfg, secrets::reveal)).transfer.chunk_tokens,
+            cfg.transfer.chunk_tokens);
 }
 
 TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
