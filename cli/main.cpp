@@ -1,11 +1,15 @@
 // layerstream command line: one CLI11 app, one subcommand per job.
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <type_traits>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
 #include "bench/tail_bench.hpp"
 #include "bench/transport_bench.hpp"
@@ -29,6 +33,27 @@ std::string check_unsigned(std::string& text) {
 }
 
 const CLI::Validator unsigned_value{check_unsigned, "UINT"};
+
+/// A report or trace path: checked before the run, so that a typo does not
+/// cost a whole run and then fail at the write. The file itself is written
+/// (created or replaced) only at the end.
+std::string check_output_path(std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty())
+    return "an empty path";
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return "\"" + path + "\" is a directory, not a file";
+  const fs::path dir =
+      fs::path{path}.parent_path().empty() ? fs::path{"."} : fs::path{path}.parent_path();
+  if (!fs::is_directory(dir, ec))
+    return "the directory of \"" + path + "\" does not exist";
+  if (::access(dir.c_str(), W_OK) != 0)
+    return "the directory of \"" + path + "\" is not writable: " + std::strerror(errno);
+  return {};
+}
+
+const CLI::Validator output_path{check_output_path, "FILE"};
 
 /// CLI11 option that fills a std::optional<T>.
 template <class T>
@@ -74,9 +99,11 @@ int main(int argc, char** argv) {
   add_optional(demo, "--fault-rate", demo_opts.fault_rate,
                "TESTING: probability that a write completion becomes a CQ error");
   add_optional(demo, "--log-level", demo_opts.log_level, "trace, debug, info, warn, error, off");
-  demo->add_option("--json", demo_opts.json_path, "write the report as JSON to this file");
+  demo->add_option("--json", demo_opts.json_path, "write the report as JSON to this file")
+      ->check(output_path);
   demo->add_option("--trace", demo_opts.trace_path,
-                   "write the run's timeline as Chrome trace JSON (Perfetto)");
+                   "write the run's timeline as Chrome trace JSON (Perfetto)")
+      ->check(output_path);
 
   std::string prefill_config;
   std::optional<std::string> prefill_log;
@@ -92,7 +119,8 @@ int main(int argc, char** argv) {
       "decode", "One decode node: connect to the prefill ranks, run the workload, report");
   decode->add_option("--config", decode_config, "TOML config of this node")->required();
   add_optional(decode, "--log-level", decode_log, "trace, debug, info, warn, error, off");
-  decode->add_option("--json", decode_json, "write the report as JSON to this file");
+  decode->add_option("--json", decode_json, "write the report as JSON to this file")
+      ->check(output_path);
   bool decode_digest = false;
   decode->add_flag("--pool-digest", decode_digest,
                    "report a hash of the whole decode pool (compare two runs' pools)");
@@ -107,7 +135,8 @@ int main(int argc, char** argv) {
   bench_transport->add_option("--provider", tb.providers, "providers (default: shm tcp;ofi_rxm)");
   bench_transport->add_option("--repetitions", tb.repetitions, "interleaved repetitions");
   bench_transport->add_flag("--quick", tb_quick, "a short smoke run");
-  bench_transport->add_option("--json", tb.json_path, "write the results as JSON to this file");
+  bench_transport->add_option("--json", tb.json_path, "write the results as JSON to this file")
+      ->check(output_path);
 
   layerstream::tail_bench_options tail_opts;
   auto* bench_tail = bench->add_subcommand(
@@ -132,12 +161,16 @@ int main(int argc, char** argv) {
                    "simulated compute per layer, us")
       ->transform(unsigned_value);
   bench_tail->add_option("--provider", tail_opts.provider, "libfabric provider");
-  bench_tail->add_option("--write-iov", tail_opts.write_iov,
-                         "blocks of a room per write (fabric.write_iov; 0: the provider's limit)");
-  bench_tail->add_option_function<uint32_t>(
-      "--notify-spin-us", [&tail_opts](uint32_t us) { tail_opts.notify_spin_us = us; },
-      "transfer.notify_spin_us of every run (default: the config's); 0 compares against no "
-      "last-layer spin");
+  bench_tail
+      ->add_option("--write-iov", tail_opts.write_iov,
+                   "blocks of a room per write (fabric.write_iov; 0: the provider's limit)")
+      ->transform(unsigned_value);
+  bench_tail
+      ->add_option_function<uint32_t>(
+          "--notify-spin-us", [&tail_opts](uint32_t us) { tail_opts.notify_spin_us = us; },
+          "transfer.notify_spin_us of every run (default: the config's); 0 compares against no "
+          "last-layer spin")
+      ->transform(unsigned_value);
   bench_tail->add_option("--device", tail_opts.device, "where the forward runs: cpu or gpu");
   bench_tail->add_option("--compute-wait", tail_opts.compute_wait,
                          "device cpu: how a forward thread passes a layer's compute: spin (busy, "
@@ -145,7 +178,8 @@ int main(int argc, char** argv) {
                          "waiting for a GPU)");
   bench_tail->add_flag("--quick", tail_opts.quick,
                        "L = 32 with 1 and 16 rooms, 3 repetitions (under a minute)");
-  bench_tail->add_option("--json", tail_opts.json_path, "write the results as JSON to this file");
+  bench_tail->add_option("--json", tail_opts.json_path, "write the results as JSON to this file")
+      ->check(output_path);
 
   layerstream::cli::soak_options soak_opts;
   auto* bench_soak = bench->add_subcommand(

@@ -27,6 +27,16 @@ check_refused "64-bit flag past 2^64" "expected an unsigned integer below 2^64" 
 check_refused "negative bench value" "expected an unsigned integer below 2^64" \
   bench tail --tokens 256 -5
 check_refused "soak of no rooms" "--rooms" bench soak --rooms 0
+check_refused "negative notify spin" "expected an unsigned integer below 2^64" \
+  bench tail --notify-spin-us -5
+check_refused "negative write iov" "expected an unsigned integer below 2^64" \
+  bench tail --write-iov -1
+# A report path is checked before the run, not after it.
+check_refused "report in a missing directory" "does not exist" \
+  demo --rooms 1 --json "$tmp/no/such/dir/report.json"
+check_refused "trace path that is a directory" "is a directory" demo --rooms 1 --trace "$tmp"
+check_refused "bench report in a missing directory" "does not exist" \
+  bench tail --quick --json "$tmp/no/such/dir/tail.json"
 # Decimal as written, not octal: 064 is 64 tokens, a multiple of the page
 # size (16), where octal 064 (52) is not.
 timeout 120 "$bin" demo --rooms 2 --chunk-tokens 064 --log-level warn >"$tmp/out" 2>"$tmp/err"; rc=$?
