@@ -28,6 +28,13 @@ receiver_state::~receiver_state() {
                                                        std::to_string(room) + " finished"),
                       entry.bytes, false, entry.started_ns, entry.finished_ns});
   }
+  for (auto& w : page_wait)
+    if (w.reply.pending())
+      w.reply.deliver(room_result{w.msg.room,
+                                  make_error(lserr::cancelled, "receiver stopped while room " +
+                                                                   std::to_string(w.msg.room) +
+                                                                   " waited for pages"),
+                                  0, false, w.started_ns, w.started_ns});
 }
 
 namespace {
@@ -94,6 +101,8 @@ void complete_room(self_ptr self, room_id room, room_entry& entry) {
   publish(self, room, entry);
 }
 
+void admit_page_waiters(self_ptr self);
+
 /// A failed room's pages go back once no request for it is out and no rank
 /// may still write into them; a closed failed room is then forgotten.
 void settle(self_ptr self, room_id room) {
@@ -109,6 +118,7 @@ void settle(self_ptr self, room_id room) {
   }
   if (entry.closed)
     st.rooms.erase(i);
+  admit_page_waiters(self);
 }
 
 /// The error a failed rank leaves on its room, naming the rank.
@@ -272,34 +282,39 @@ uint64_t pages_for(uint64_t tokens, uint32_t page_size) {
   return tokens / page_size + (tokens % page_size != 0 ? 1 : 0);
 }
 
-caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
-  auto& st = self->state;
-  auto room = msg.room;
-  auto started = now_ns(self);
-  auto refuse = [&](caf::error err) {
-    LS_WARN("receiver: room {} refused: {}", room, describe(err));
-    return room_result{room, std::move(err), 0, false, started, now_ns(self)};
-  };
-  if (auto open = st.rooms.find(room); open != st.rooms.end())
-    return refuse(make_error(lserr::duplicate_room,
-                             "room " + std::to_string(room) + busy_note(open->second)));
-  if (msg.prompt_tokens == 0)
-    return refuse(make_error(lserr::bad_input, "room " + std::to_string(room) + " has no tokens"));
+/// The first prefill rank that is down, as the error that refuses a room.
+caf::error lost_rank(const receiver_state& st) {
   for (uint32_t r = 0; r < st.lost.size(); ++r)
     if (st.lost[r])
-      return refuse(make_error(lserr::peer_lost, "prefill rank " + std::to_string(r) +
-                                                     " lost: " + describe(st.lost[r])));
+      return make_error(lserr::peer_lost,
+                        "prefill rank " + std::to_string(r) + " lost: " + describe(st.lost[r]));
+  return {};
+}
+
+/// Why a room of `need` pages can never get them: more than the pool has
+/// besides the pages held for good (none while it can).
+caf::error never_fits(const receiver_state& st, room_id room, uint64_t need) {
+  const uint64_t usable = st.pages->total_pages() - st.held_pages;
+  if (need <= usable)
+    return {};
+  return make_error(lserr::bad_input, "room " + std::to_string(room) + ": " + std::to_string(need) +
+                                          " pages asked, the pool has " + std::to_string(usable) +
+                                          " besides held pages" + held_count(st));
+}
+
+/// Sends the room's transfer_info to every rank and arms its room_timeout;
+/// `reply` answers the opener once the room is done.
+void start_room(self_ptr self, const open_room& msg, std::vector<uint64_t> pages,
+                caf::typed_response_promise<room_result> reply, int64_t started) {
+  auto& st = self->state;
+  auto room = msg.room;
   auto& pool = *st.pool.pool;
-  auto pages = st.pages->allocate(pages_for(msg.prompt_tokens, pool.page_size()));
-  if (!pages)
-    return refuse(make_error(lserr::bad_input, "room " + std::to_string(room) + ": " +
-                                                   message_of(pages.error()) + held_count(st)));
   auto cp = static_cast<uint32_t>(st.prefill.size());
   transfer_info info;
   info.room = room;
   info.prompt_tokens = msg.prompt_tokens;
   info.decode = st.pool.peer;
-  info.dst_pages = *pages;
+  info.dst_pages = pages;
   info.dst_k_ptrs = pool.k_ptrs();
   info.dst_v_ptrs = pool.v_ptrs();
   info.item_lens = pool.item_lens();
@@ -325,11 +340,11 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
   auto& entry = st.rooms[room];
   entry.serial = st.next_serial++;
   entry.prompt_tokens = msg.prompt_tokens;
-  entry.pages = std::move(*pages);
+  entry.pages = std::move(pages);
   entry.ranks.assign(cp, rank_phase::pending);
   entry.outstanding = cp;
   entry.started_ns = started;
-  entry.reply = self->make_response_promise<room_result>();
+  entry.reply = std::move(reply);
   LS_DEBUG("receiver: room {} open: {} tokens in {} pages, {} prefill ranks", room,
            msg.prompt_tokens, entry.pages.size(), cp);
   auto serial = entry.serial;
@@ -347,7 +362,108 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
             });
   }
   self->delayed_send(self, st.cfg.room_timeout, room_deadline{room, serial});
-  return entry.reply;
+}
+
+room_result refusal(self_ptr self, room_id room, int64_t started, caf::error err) {
+  LS_WARN("receiver: room {} refused: {}", room, describe(err));
+  return room_result{room, std::move(err), 0, false, started, now_ns(self)};
+}
+
+caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
+  auto& st = self->state;
+  auto room = msg.room;
+  auto started = now_ns(self);
+  if (auto open = st.rooms.find(room); open != st.rooms.end())
+    return refusal(self, room, started,
+                   make_error(lserr::duplicate_room,
+                              "room " + std::to_string(room) + busy_note(open->second)));
+  if (std::any_of(st.page_wait.begin(), st.page_wait.end(),
+                  [room](const auto& w) { return w.msg.room == room; }))
+    return refusal(self, room, started,
+                   make_error(lserr::duplicate_room,
+                              "room " + std::to_string(room) + " is waiting for pages"));
+  if (msg.prompt_tokens == 0)
+    return refusal(self, room, started,
+                   make_error(lserr::bad_input, "room " + std::to_string(room) + " has no tokens"));
+  if (auto lost = lost_rank(st))
+    return refusal(self, room, started, std::move(lost));
+  const uint64_t need = pages_for(msg.prompt_tokens, st.pool.pool->page_size());
+  if (auto never = never_fits(st, room, need))
+    return refusal(self, room, started, std::move(never));
+  // Rooms that came first go first: a room waits whenever any room waits.
+  if (st.page_wait.empty()) {
+    if (auto pages = st.pages->allocate(need)) {
+      auto reply = self->make_response_promise<room_result>();
+      start_room(self, msg, std::move(*pages), reply, started);
+      return reply;
+    }
+  }
+  if (st.page_wait.size() >= receiver_state::max_page_waiters)
+    return refusal(
+        self, room, started,
+        make_error(lserr::bad_input, "room " + std::to_string(room) + ": " + std::to_string(need) +
+                                         " pages asked, " + std::to_string(st.pages->free_pages()) +
+                                         " free, and " + std::to_string(st.page_wait.size()) +
+                                         " rooms wait for pages already" + held_count(st)));
+  auto serial = st.next_serial++;
+  LS_DEBUG("receiver: room {} waits for {} pages ({} free, {} rooms ahead)", room, need,
+           st.pages->free_pages(), st.page_wait.size());
+  st.page_wait.push_back(receiver_state::page_waiter{msg, serial, need, started,
+                                                     self->make_response_promise<room_result>()});
+  self->delayed_send(self, st.cfg.room_timeout, room_deadline{room, serial});
+  return st.page_wait.back().reply;
+}
+
+/// Starts waiting rooms, head first, while their pages are free; refuses a
+/// head that can never fit or whose ranks are gone.
+void admit_page_waiters(self_ptr self) {
+  auto& st = self->state;
+  if (st.admitting)
+    return;
+  st.admitting = true;
+  while (!st.page_wait.empty()) {
+    auto& head = st.page_wait.front();
+    caf::error refused = lost_rank(st);
+    if (!refused)
+      refused = never_fits(st, head.msg.room, head.pages);
+    if (refused) {
+      auto w = std::move(head);
+      st.page_wait.pop_front();
+      w.reply.deliver(refusal(self, w.msg.room, w.started_ns, std::move(refused)));
+      continue;
+    }
+    auto pages = st.pages->allocate(head.pages);
+    if (!pages)
+      break;
+    auto w = std::move(head);
+    st.page_wait.pop_front();
+    LS_DEBUG("receiver: room {} got its {} pages after {} ms", w.msg.room, w.pages,
+             (now_ns(self) - w.started_ns) / 1'000'000);
+    start_room(self, w.msg, std::move(*pages), std::move(w.reply), w.started_ns);
+  }
+  st.admitting = false;
+}
+
+/// room_timeout after it came, a room still waiting for pages fails; the
+/// rooms behind it may fit now.
+bool page_wait_deadline(self_ptr self, const room_deadline& msg) {
+  auto& st = self->state;
+  auto w = std::find_if(st.page_wait.begin(), st.page_wait.end(),
+                        [&](const auto& x) { return x.serial == msg.serial; });
+  if (w == st.page_wait.end())
+    return false;
+  auto waiter = std::move(*w);
+  st.page_wait.erase(w);
+  auto err = make_error(lserr::timeout, "room " + std::to_string(waiter.msg.room) + " waited " +
+                                            ms_of(st.cfg.room_timeout) + " for " +
+                                            std::to_string(waiter.pages) + " decode pages (" +
+                                            std::to_string(st.pages->free_pages()) + " free" +
+                                            held_count(st) + "); not opened");
+  LS_WARN("receiver: {}", describe(err));
+  waiter.reply.deliver(
+      room_result{waiter.msg.room, std::move(err), 0, false, waiter.started_ns, now_ns(self)});
+  admit_page_waiters(self);
+  return true;
 }
 
 /// timeouts.room_ms since open: the room fails if a rank has not answered.
@@ -356,6 +472,8 @@ void on_room_deadline(self_ptr self, const room_deadline& msg) {
   auto& st = self->state;
   if (self->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(self))
     return; // only its own timer may fail a room early
+  if (page_wait_deadline(self, msg))
+    return;
   auto i = st.rooms.find(msg.room);
   if (i == st.rooms.end() || i->second.serial != msg.serial)
     return; // closed and forgotten, or the id now names a later room
@@ -396,6 +514,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
                            "prefill rank " + std::to_string(rank) + " lost: " + reason));
     }
   }
+  admit_page_waiters(self); // refuses every waiting room: a rank is lost
 }
 
 } // namespace
@@ -430,9 +549,16 @@ receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode
       [self](const room_status_query& msg) -> caf::result<room_status> {
         auto& st = self->state;
         auto i = st.rooms.find(msg.room);
-        if (i == st.rooms.end())
+        if (i == st.rooms.end()) {
+          auto w = std::find_if(st.page_wait.begin(), st.page_wait.end(),
+                                [&](const auto& x) { return x.msg.room == msg.room; });
+          if (w != st.page_wait.end())
+            return room_status{msg.room, room_state::waiting,
+                               "waiting for " + std::to_string(w->pages) + " decode pages (" +
+                                   std::to_string(w - st.page_wait.begin()) + " rooms ahead)"};
           return make_error(lserr::unknown_room,
                             "room " + std::to_string(msg.room) + " is not open");
+        }
         auto& entry = i->second;
         auto reason = entry.failure ? describe(entry.failure) : std::string{};
         if (entry.held)
@@ -456,6 +582,7 @@ receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode
         case room_state::complete:
           st.pages->release(entry.pages);
           st.rooms.erase(i);
+          admit_page_waiters(self);
           break;
         case room_state::failed:
           entry.closed = true;

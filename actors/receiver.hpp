@@ -6,10 +6,13 @@
 //                        room's pages, send transfer_info to EVERY prefill
 //                        rank; answered with room_result once every rank
 //                        answered kv_ready{ok} (and the bytes check out) or
-//                        the room failed, at room_timeout at the latest
+//                        the room failed, at room_timeout at the latest. A
+//                        room that finds too few free pages waits for them
+//                        (page wait, below) for up to room_timeout first.
 //   room_deadline{room, serial}  to itself at room_timeout: fails the room if
-//                        a rank has not answered yet (not in receiver_actor;
-//                        one from any other sender is ignored)
+//                        a rank has not answered yet, or a room still
+//                        waiting for pages (not in receiver_actor; one from
+//                        any other sender is ignored)
 //   room_status_query{room}  answered with room_status (waiting,
 //                        transferring, complete, failed) and the reason
 //   close_room{room}     decode consumed a finished room: its pages go back
@@ -41,6 +44,15 @@
 // Every prefill scheduler is monitored; once one is down, its waiting rooms
 // fail and new rooms fail at once.
 //
+// Page wait: a room whose pages are not free waits, as a decode scheduler
+// holds a request until it has KV room for it (SGLang's prealloc queue).
+// Rooms take pages in the order they came (a small room does not pass a
+// large one that came first) as complete rooms are closed and failed rooms'
+// pages come back. A room still waiting room_timeout after it came fails
+// with lserr::timeout; one that needs more pages than the pool has besides
+// the held ones is refused at once (or when held pages make it so). Once
+// admitted, a room gets its own room_timeout for the transfer.
+//
 // Lifecycle: the caller owns the kv_pool (it must outlive the actor) and the
 // fabric endpoint behind `decode_pool::peer`; the receiver owns the page
 // allocator. It runs until its owner sends it an exit; its state's
@@ -61,6 +73,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -155,6 +168,18 @@ struct receiver_state {
     caf::typed_response_promise<room_result> reply;
   };
 
+  /// A room waiting for free pages (page wait, above).
+  struct page_waiter {
+    open_room msg;
+    /// Its room_deadline's serial (from next_serial, like a room's).
+    uint64_t serial = 0;
+    uint64_t pages = 0;
+    int64_t started_ns = 0;
+    caf::typed_response_promise<room_result> reply;
+  };
+  /// The most rooms one receiver keeps waiting; more are refused.
+  static constexpr size_t max_page_waiters = 65536;
+
   decode_pool pool;
   /// Optional only because the state must be default-constructible.
   std::optional<page_allocator> pages;
@@ -164,13 +189,18 @@ struct receiver_state {
   std::vector<caf::error> lost;
   receiver_config cfg;
   std::unordered_map<room_id, room_entry> rooms;
+  /// Rooms waiting for pages, in arrival order.
+  std::deque<page_waiter> page_wait;
+  /// Guards admit_page_waiters against re-entry.
+  bool admitting = false;
   uint64_t next_serial = 0;
   /// Pages and rooms held for good (room_entry::held), named in the refusals
   /// they cause: a full pool or a busy room id.
   uint64_t held_pages = 0;
   uint32_t held_rooms = 0;
 
-  /// Answers every room still waiting for its ranks with lserr::cancelled.
+  /// Answers every room still waiting for its ranks or for pages with
+  /// lserr::cancelled.
   ~receiver_state();
 };
 

@@ -160,7 +160,7 @@ uint64_t kv_pool::check_room(uint64_t room, const std::vector<uint64_t>& pages, 
 }
 
 page_allocator::page_allocator(uint64_t pages, uint64_t seed, double fragmentation)
-    : rng_(seed), fragmentation_(fragmentation) {
+    : total_(pages), rng_(seed), fragmentation_(fragmentation) {
   free_.reserve(pages);
   // Kept in descending order so that taking from the back yields ascending pages.
   for (uint64_t p = pages; p > 0; --p)

@@ -115,8 +115,11 @@ class page_allocator {
   caf::expected<std::vector<uint64_t>> allocate(uint64_t n);
   void release(const std::vector<uint64_t>& pages);
   uint64_t free_pages() const { return free_.size(); }
+  /// Pages it was made with, free or not.
+  uint64_t total_pages() const { return total_; }
 
  private:
+  uint64_t total_ = 0;
   std::vector<uint64_t> free_;
   std::mt19937_64 rng_;
   double fragmentation_;

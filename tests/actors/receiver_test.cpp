@@ -397,7 +397,9 @@ CAF_TEST(a rank that gave up on writes in flight holds the pages for good) {
   auto big = open(27, (pool_pages - 2) * 4);
   auto full = reply_of(big).status;
   CAF_CHECK(is(full, lserr::bad_input));
-  CAF_CHECK(mentions(full, "14 pages asked, 13 free; 3 pages are held by 2 failed rooms"));
+  CAF_CHECK(mentions(
+      full,
+      "14 pages asked, the pool has 13 besides held pages; 3 pages are held by 2 failed rooms"));
 }
 
 CAF_TEST(a room held by two ranks counts its pages once) {
@@ -408,7 +410,8 @@ CAF_TEST(a room held by two ranks counts its pages once) {
   CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
   auto big = open(32, (pool_pages - 1) * 4);
   auto full = reply_of(big).status;
-  CAF_CHECK(mentions(full, "15 pages asked, 14 free; 2 pages are held by 1 failed room that"));
+  CAF_CHECK(mentions(full, "15 pages asked, the pool has 14 besides held pages; 2 pages are held "
+                           "by 1 failed room that"));
 }
 
 CAF_TEST(a writes in flight answer for another room still holds the pages) {
@@ -587,8 +590,12 @@ CAF_TEST(a duplicate or oversized room is refused without touching pages) {
   open(71, 8);
   auto dup = open(71, 8);
   CAF_CHECK(is(reply_of(dup).status, lserr::duplicate_room));
-  auto big = open(72, pool_pages * 4);
-  CAF_CHECK(is(reply_of(big).status, lserr::bad_input));
+  // One page more than the whole pool: refused at once (a room that fits
+  // the pool but not its free pages waits instead; see below).
+  auto big = open(72, pool_pages * 4 + 1);
+  auto too_big = reply_of(big);
+  CAF_CHECK(is(too_big.status, lserr::bad_input));
+  CAF_CHECK(mentions(too_big.status, "17 pages asked, the pool has 16 besides held pages"));
   auto empty = open(73, 0);
   CAF_CHECK(is(reply_of(empty).status, lserr::bad_input));
   CAF_CHECK_EQUAL(free_pages(), pool_pages - 2);
@@ -596,6 +603,75 @@ CAF_TEST(a duplicate or oversized room is refused without touching pages) {
   CAF_CHECK_EQUAL(script->received.size(), 1u);
   // Refused rooms do not reach the subscriber.
   CAF_CHECK(results->empty());
+}
+
+CAF_TEST(a room that finds too few free pages waits and rooms open in arrival order) {
+  spawn({answer::hold});
+  open(81, 12 * 4); // 12 of the 16 pages
+  auto big = open(82, 8 * 4);
+  CAF_CHECK_EQUAL(state_of(82), "waiting");
+  CAF_CHECK_EQUAL(status(82).reason, "waiting for 8 decode pages (0 rooms ahead)");
+  // One page would fit the 4 free, but room 82 came first.
+  auto small = open(83, 4);
+  CAF_CHECK_EQUAL(status(83).reason, "waiting for 1 decode pages (1 rooms ahead)");
+  CAF_CHECK_EQUAL(script->received.size(), 1u);
+  CAF_CHECK_EQUAL(free_pages(), 4u);
+  // A waiting room's id is taken.
+  auto dup = open(83, 4);
+  CAF_CHECK(is(reply_of(dup).status, lserr::duplicate_room));
+  // Room 81 completes and is closed: its pages go to 82, then 83.
+  release(0, 81);
+  CAF_CHECK(!close(81));
+  CAF_REQUIRE_EQUAL(script->received.size(), 3u);
+  CAF_CHECK_EQUAL(script->received[1].second.room, 82u);
+  CAF_CHECK_EQUAL(script->received[2].second.room, 83u);
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 9);
+  release(0, 82);
+  release(0, 83);
+  auto big_done = reply_of(big);
+  CAF_CHECK(!big_done.status);
+  CAF_CHECK(big_done.bit_exact);
+  CAF_CHECK(!reply_of(small).status);
+}
+
+CAF_TEST(a room still waiting for pages at the room timeout fails and the room behind it opens) {
+  spawn({answer::ok});
+  open(91, 12 * 4); // complete at once; its 12 pages stay until it is closed
+  CAF_CHECK_EQUAL(state_of(91), "complete");
+  auto big = open(92, 8 * 4);
+  advance_time(cfg.room_timeout / 2);
+  sched.run();
+  auto small = open(93, 4); // fits, but waits behind room 92
+  CAF_CHECK_EQUAL(state_of(93), "waiting");
+  advance_time(cfg.room_timeout / 2);
+  sched.run();
+  auto timed_out = reply_of(big);
+  CAF_CHECK(is(timed_out.status, lserr::timeout));
+  CAF_CHECK(mentions(timed_out.status, "room 92 waited 5000 ms for 8 decode pages (4 free)"));
+  CAF_CHECK(is(status_error(92), lserr::unknown_room));
+  // Room 93 got its page at once and completed.
+  auto done = reply_of(small);
+  CAF_CHECK(!done.status);
+  CAF_CHECK(done.bit_exact);
+  CAF_CHECK_EQUAL(free_pages(), pool_pages - 13);
+  CAF_CHECK_EQUAL(script->received.size(), 2u); // rooms 91 and 93 only
+  // Room 93's own room timeout never fails it, complete as it is.
+  advance_time(cfg.room_timeout);
+  sched.run();
+  CAF_CHECK_EQUAL(state_of(93), "complete");
+}
+
+CAF_TEST(rooms waiting for pages are refused when a prefill rank goes down) {
+  spawn({answer::ok});
+  open(101, 12 * 4);
+  auto waiting = open(102, 8 * 4);
+  CAF_CHECK_EQUAL(state_of(102), "waiting");
+  anon_send_exit(ranks[0], caf::exit_reason::user_shutdown);
+  sched.run();
+  auto refused = reply_of(waiting);
+  CAF_CHECK(is(refused.status, lserr::peer_lost));
+  CAF_CHECK(mentions(refused.status, "prefill rank 0 lost"));
+  CAF_CHECK_EQUAL(script->received.size(), 1u);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
