@@ -336,6 +336,9 @@ int run_demo(const demo_options& opts) {
   start_log(*cfg);
   if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "demo"))
     return 2;
+  if (cfg->tls.enabled())
+    LS_WARN("demo: [tls] is set but unused: prefill and decode run in this one process and "
+            "their control plane never leaves it");
   std::shared_ptr<trace_recorder> trace;
   if (!opts.trace_path.empty())
     trace = std::make_shared<trace_recorder>();
