@@ -858,6 +858,19 @@ TEST(FabricHmemProbe, AProviderWithoutHmemCannotRegisterDeviceMemoryAndSaysWhy) 
   EXPECT_NE(describe(why).find("offers no FI_HMEM"), std::string::npos) << describe(why);
 }
 
+// With FI_HMEM asked, a provider that is not there says so, not that it
+// lacks FI_HMEM.
+TEST(FabricHmemProbe, AnHmemEndpointThatCannotOpenAtAllGivesTheRealReason) {
+  fabric::fabric_config cfg;
+  cfg.provider = "no_such_provider";
+  cfg.hmem = true;
+  auto ep = fabric::endpoint::open(cfg);
+  ASSERT_FALSE(ep);
+  EXPECT_EQ(describe(ep.error()).find("FI_HMEM"), std::string::npos) << describe(ep.error());
+  EXPECT_NE(describe(ep.error()).find("no_such_provider"), std::string::npos)
+      << describe(ep.error());
+}
+
 TEST(FabricAddressShape, AFixedSizeFormatTakesOnlyANameOfItsOwnSize) {
   // efa and verbs over InfiniBand are not on this machine; their formats are
   // read at a fixed size, so a name of another size is refused before

@@ -89,11 +89,15 @@ get_info(const std::string& provider, const std::string& bind_address, bool hmem
     const int rc = fi_getinfo(api_version, node, nullptr, flags, hints.get(), &raw);
     if (rc == 0)
       return std::unique_ptr<fi_info, info_deleter>{raw};
-    if (rc == -FI_ENODATA && extra_caps != 0 && hmem)
+    if (rc == -FI_ENODATA && extra_caps != 0 && hmem) {
+      // Is FI_HMEM what is missing, or the provider or its address itself?
+      if (auto plain = get_info(provider, bind_address, false); !plain)
+        return plain.error();
       return make_error(lserr::fabric_error,
                         "provider \"" + provider +
                             "\" offers no FI_HMEM (device-memory registration); use a provider "
                             "that does, or stage device memory through host memory");
+    }
     if (rc != -FI_ENODATA || extra_caps != 0)
       return call_error(("fi_getinfo(provider \"" + provider + "\")").c_str(), rc, __FILE__,
                         __LINE__);
