@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -940,6 +943,63 @@ TEST(ConfigToToml, AnUnsignedValuePast2To63IsRefusedSoEveryValidConfigPrintsAsTo
   EXPECT_FALSE(validate_for(cfg, config_role::demo, "cli").has_value());
   EXPECT_EQ(parse_ok(to_toml(cfg, secrets::reveal)).transfer.chunk_tokens,
             cfg.transfer.chunk_tokens);
+}
+
+namespace {
+
+// How many members an aggregate has: the most initializers T{...} takes.
+// (No member of the config structs is itself an aggregate, so brace
+// elision cannot make the count too high.)
+struct any_value {
+  template <class T>
+  operator T() const; // only in unevaluated contexts
+};
+
+template <class T, class Indices, class = void>
+struct takes_initializers : std::false_type {};
+
+template <class T, size_t... I>
+struct takes_initializers<T, std::index_sequence<I...>,
+                          std::void_t<decltype(T{(void(I), any_value{})...})>> : std::true_type {};
+
+template <class T, size_t N = 0>
+constexpr size_t member_count() {
+  if constexpr (takes_initializers<T, std::make_index_sequence<N + 1>>::value)
+    return member_count<T, N + 1>();
+  else
+    return N;
+}
+
+} // namespace
+
+// The round trip and same_config compare to_toml texts, so a struct member
+// that visit_fields (loader.cpp) leaves out would pass both unseen: every
+// member of every table must appear as one key, and every table as one table.
+TEST(ConfigToToml, EveryMemberOfEveryConfigStructIsAKey) {
+  std::map<std::string, size_t> keys;
+  std::string table;
+  std::istringstream text{to_toml(valid_config())};
+  for (std::string line; std::getline(text, line);) {
+    if (line.empty())
+      continue;
+    if (line.front() == '[') {
+      table = line.substr(1, line.find(']') - 1);
+      keys[table];
+    } else if (line.find(" = ") != std::string::npos) {
+      ++keys[table];
+    }
+  }
+  EXPECT_EQ(keys.size(), member_count<deployment_config>());
+  EXPECT_EQ(keys["model"], member_count<model_config>());
+  EXPECT_EQ(keys["transfer"], member_count<transfer_config>());
+  EXPECT_EQ(keys["fabric"], member_count<fabric_section>());
+  EXPECT_EQ(keys["timeouts"], member_count<timeouts_config>());
+  EXPECT_EQ(keys["prefill"], member_count<prefill_config>());
+  EXPECT_EQ(keys["decode"], member_count<decode_config>());
+  EXPECT_EQ(keys["workload"], member_count<workload_config>());
+  EXPECT_EQ(keys["cluster"], member_count<cluster_config>());
+  EXPECT_EQ(keys["tls"], member_count<tls_config>());
+  EXPECT_EQ(keys["log"], member_count<log_config>());
 }
 
 TEST(ConfigToToml, SameConfigSeesAChangeInAnyField) {
