@@ -243,6 +243,9 @@ void on_answer(self_ptr self, room_id room, uint64_t serial, uint32_t rank, cons
       complete_room(self, room, entry);
   }
   settle(self, room);
+  // Pages held since (a rank that may still write) can leave a waiting room
+  // more than the pool has besides them: refused now, not at its deadline.
+  admit_page_waiters(self);
 }
 
 /// Why a held room's id and pages stay taken.
@@ -377,8 +380,7 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
     return refusal(self, room, started,
                    make_error(lserr::duplicate_room,
                               "room " + std::to_string(room) + busy_note(open->second)));
-  if (std::any_of(st.page_wait.begin(), st.page_wait.end(),
-                  [room](const auto& w) { return w.msg.room == room; }))
+  if (st.waiting_rooms.count(room) > 0)
     return refusal(self, room, started,
                    make_error(lserr::duplicate_room,
                               "room " + std::to_string(room) + " is waiting for pages"));
@@ -410,6 +412,7 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
            st.pages->free_pages(), st.page_wait.size());
   st.page_wait.push_back(receiver_state::page_waiter{msg, serial, need, started,
                                                      self->make_response_promise<room_result>()});
+  st.waiting_rooms.emplace(room, std::prev(st.page_wait.end()));
   self->delayed_send(self, st.cfg.room_timeout, room_deadline{room, serial});
   return st.page_wait.back().reply;
 }
@@ -428,6 +431,7 @@ void admit_page_waiters(self_ptr self) {
       refused = never_fits(st, head.msg.room, head.pages);
     if (refused) {
       auto w = std::move(head);
+      st.waiting_rooms.erase(w.msg.room);
       st.page_wait.pop_front();
       w.reply.deliver(refusal(self, w.msg.room, w.started_ns, std::move(refused)));
       continue;
@@ -436,6 +440,7 @@ void admit_page_waiters(self_ptr self) {
     if (!pages)
       break;
     auto w = std::move(head);
+    st.waiting_rooms.erase(w.msg.room);
     st.page_wait.pop_front();
     LS_DEBUG("receiver: room {} got its {} pages after {} ms", w.msg.room, w.pages,
              (now_ns(self) - w.started_ns) / 1'000'000);
@@ -448,12 +453,12 @@ void admit_page_waiters(self_ptr self) {
 /// rooms behind it may fit now.
 bool page_wait_deadline(self_ptr self, const room_deadline& msg) {
   auto& st = self->state;
-  auto w = std::find_if(st.page_wait.begin(), st.page_wait.end(),
-                        [&](const auto& x) { return x.serial == msg.serial; });
-  if (w == st.page_wait.end())
+  auto i = st.waiting_rooms.find(msg.room);
+  if (i == st.waiting_rooms.end() || i->second->serial != msg.serial)
     return false;
-  auto waiter = std::move(*w);
-  st.page_wait.erase(w);
+  auto waiter = std::move(*i->second);
+  st.page_wait.erase(i->second);
+  st.waiting_rooms.erase(i);
   auto err = make_error(lserr::timeout, "room " + std::to_string(waiter.msg.room) + " waited " +
                                             ms_of(st.cfg.room_timeout) + " for " +
                                             std::to_string(waiter.pages) + " decode pages (" +
@@ -550,12 +555,12 @@ receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode
         auto& st = self->state;
         auto i = st.rooms.find(msg.room);
         if (i == st.rooms.end()) {
-          auto w = std::find_if(st.page_wait.begin(), st.page_wait.end(),
-                                [&](const auto& x) { return x.msg.room == msg.room; });
-          if (w != st.page_wait.end())
+          if (auto w = st.waiting_rooms.find(msg.room); w != st.waiting_rooms.end())
             return room_status{msg.room, room_state::waiting,
-                               "waiting for " + std::to_string(w->pages) + " decode pages (" +
-                                   std::to_string(w - st.page_wait.begin()) + " rooms ahead)"};
+                               "waiting for " + std::to_string(w->second->pages) +
+                                   " decode pages (" +
+                                   std::to_string(std::distance(st.page_wait.begin(), w->second)) +
+                                   " rooms ahead)"};
           return make_error(lserr::unknown_room,
                             "room " + std::to_string(msg.room) + " is not open");
         }
@@ -569,9 +574,24 @@ receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode
       [self](const close_room& msg) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         auto i = st.rooms.find(msg.room);
-        if (i == st.rooms.end())
+        if (i == st.rooms.end()) {
+          // Closing a room that waits for pages withdraws it: its opener
+          // hears lserr::cancelled, and nothing of it was sent.
+          if (auto w = st.waiting_rooms.find(msg.room); w != st.waiting_rooms.end()) {
+            auto waiter = std::move(*w->second);
+            st.page_wait.erase(w->second);
+            st.waiting_rooms.erase(w);
+            waiter.reply.deliver(room_result{
+                msg.room,
+                make_error(lserr::cancelled, "room " + std::to_string(msg.room) +
+                                                 " was closed while it waited for pages"),
+                0, false, waiter.started_ns, now_ns(self)});
+            admit_page_waiters(self); // the rooms behind it may fit now
+            return caf::ok_atom::value;
+          }
           return make_error(lserr::unknown_room,
                             "close: room " + std::to_string(msg.room) + " is not open");
+        }
         auto& entry = i->second;
         switch (entry.state) {
         case room_state::waiting:

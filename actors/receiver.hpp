@@ -16,7 +16,9 @@
 //   room_status_query{room}  answered with room_status (waiting,
 //                        transferring, complete, failed) and the reason
 //   close_room{room}     decode consumed a finished room: its pages go back
-//                        to the allocator; answered with ok
+//                        to the allocator; answered with ok. A room still
+//                        waiting for pages is withdrawn (its opener hears
+//                        lserr::cancelled)
 //
 // Rules: a room is complete only when every CP rank answered kv_ready with
 // success and a byte count equal to its slice of the room's pages (every
@@ -51,7 +53,8 @@
 // pages come back. A room still waiting room_timeout after it came fails
 // with lserr::timeout; one that needs more pages than the pool has besides
 // the held ones is refused at once (or when held pages make it so). Once
-// admitted, a room gets its own room_timeout for the transfer.
+// admitted, a room gets its own room_timeout for the transfer. At most
+// max_page_waiters rooms wait; more are refused.
 //
 // Lifecycle: the caller owns the kv_pool (it must outlive the actor) and the
 // fabric endpoint behind `decode_pool::peer`; the receiver owns the page
@@ -73,7 +76,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -189,8 +192,9 @@ struct receiver_state {
   std::vector<caf::error> lost;
   receiver_config cfg;
   std::unordered_map<room_id, room_entry> rooms;
-  /// Rooms waiting for pages, in arrival order.
-  std::deque<page_waiter> page_wait;
+  /// Rooms waiting for pages, in arrival order, and where each is in it.
+  std::list<page_waiter> page_wait;
+  std::unordered_map<room_id, std::list<page_waiter>::iterator> waiting_rooms;
   /// Guards admit_page_waiters against re-entry.
   bool admitting = false;
   uint64_t next_serial = 0;

@@ -90,7 +90,10 @@ fake_prefill_actor::behavior_type fake_prefill(fake_prefill_actor::pointer self,
         if (i == script->held.end())
           return;
         auto rp = i->second.first;
-        rp.deliver(write_slice(*script, rank, i->second.second));
+        // Released as the rank's mode now says (a test may switch it).
+        rp.deliver(script->mode[rank] == answer::hold
+                       ? write_slice(*script, rank, i->second.second)
+                       : answer_for(*script, rank, i->second.second));
         script->held.erase(i);
       },
   };
@@ -659,6 +662,70 @@ CAF_TEST(a room still waiting for pages at the room timeout fails and the room b
   advance_time(cfg.room_timeout);
   sched.run();
   CAF_CHECK_EQUAL(state_of(93), "complete");
+}
+
+CAF_TEST(pages held while a room waits can refuse it at once and the room behind it opens) {
+  spawn({answer::hold});
+  open(111, 12 * 4);
+  auto big = open(112, 8 * 4); // fits the pool, waits for 8 pages
+  auto small = open(113, 4);   // behind it
+  CAF_CHECK_EQUAL(script->received.size(), 1u);
+  // Room 111's rank gives up with its writes in flight: its 12 pages stay
+  // held, and room 112 can never have 8 of the 4 left.
+  script->mode[0] = answer::in_flight;
+  release(0, 111);
+  auto refused = reply_of(big);
+  CAF_CHECK(is(refused.status, lserr::bad_input));
+  CAF_CHECK(mentions(refused.status, "8 pages asked, the pool has 4 besides held pages"));
+  CAF_REQUIRE_EQUAL(script->received.size(), 2u);
+  CAF_CHECK_EQUAL(script->received[1].second.room, 113u);
+  CAF_CHECK(is(reply_of(small).status, lserr::writes_in_flight)); // the rank's mode now
+}
+
+CAF_TEST(an admitted room keeps its own room timeout and its wait deadline does not fail it) {
+  spawn({answer::hold});
+  open(121, 12 * 4);
+  auto waiting = open(122, 8 * 4); // waits from t = 0
+  advance_time(cfg.room_timeout / 2);
+  sched.run();
+  release(0, 121);
+  CAF_CHECK(!close(121)); // room 122 opens at t = room_timeout / 2
+  CAF_CHECK_EQUAL(script->received.size(), 2u);
+  advance_time(cfg.room_timeout / 2); // its wait deadline passes: ignored
+  sched.run();
+  CAF_CHECK_EQUAL(state_of(122), "waiting"); // for its rank, not for pages
+  CAF_CHECK_EQUAL(status(122).reason, "");
+  CAF_CHECK_EQUAL(results->size(), 1u); // room 121 only
+  advance_time(cfg.room_timeout / 2);   // its own room timeout
+  sched.run();
+  auto failed = reply_of(waiting);
+  CAF_CHECK(is(failed.status, lserr::timeout));
+  CAF_CHECK(mentions(failed.status, "prefill rank 0 did not answer room 122"));
+}
+
+CAF_TEST(closing a room that waits for pages withdraws it and the room behind it may open) {
+  spawn({answer::ok});
+  open(131, 12 * 4); // complete, not closed
+  auto big = open(132, 8 * 4);
+  auto small = open(133, 4);
+  CAF_CHECK(!close(132));
+  auto withdrawn = reply_of(big);
+  CAF_CHECK(is(withdrawn.status, lserr::cancelled));
+  CAF_CHECK(mentions(withdrawn.status, "room 132 was closed while it waited for pages"));
+  CAF_CHECK(is(status_error(132), lserr::unknown_room));
+  CAF_CHECK(!reply_of(small).status);
+  CAF_CHECK_EQUAL(script->received.size(), 2u); // rooms 131 and 133
+}
+
+CAF_TEST(a receiver that stops answers the rooms waiting for pages) {
+  spawn({answer::ok});
+  open(141, 12 * 4);
+  auto waiting = open(142, 8 * 4);
+  anon_send_exit(rx, caf::exit_reason::user_shutdown);
+  sched.run();
+  auto cancelled = reply_of(waiting);
+  CAF_CHECK(is(cancelled.status, lserr::cancelled));
+  CAF_CHECK(mentions(cancelled.status, "receiver stopped while room 142 waited for pages"));
 }
 
 CAF_TEST(rooms waiting for pages are refused when a prefill rank goes down) {

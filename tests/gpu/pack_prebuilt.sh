@@ -24,7 +24,8 @@ for b in "${gpu_binaries[@]}"; do
   mkdir -p "$pack/build/$(dirname "$b")"
   strip -o "$pack/build/$b" "$build/$b"
 done
-(cd "$build" && find . \( -name CTestTestfile.cmake -o -name '*_tests.cmake' -o -name '*_include.cmake' \) \
+(cd "$build" && find . \( -name CTestTestfile.cmake -o -name '*_tests.cmake' -o -name '*_include.cmake' \
+  -o -name '*_skip_code.cmake' \) \
   -print0 | xargs -0 cp --parents -t "$pack_build")
 
 # The runtime libraries' closure, less the C/C++ runtime and the loader.

@@ -388,6 +388,10 @@ int engine::read_cq() {
           continue; // not ours (a target sees none for plain RMA writes)
         op* o = static_cast<op*>(entries[i].op_context);
         job* j = o->owner;
+        if (j == nullptr) {
+          LS_ERROR("fabric: {} completed a write that is not posted (ignored)", provider_);
+          continue;
+        }
         if (faults_ && role_ == role::initiator && faults_->fail_completion(j->id)) {
           stats_.injected_errors.fetch_add(1, std::memory_order_relaxed);
           op_failed(*o, "injected CQ error completion (fault injection, per-op)", false);
@@ -434,20 +438,28 @@ int engine::read_cq() {
       LS_WARN("fabric: target {} completion error: {}", provider_, text);
       continue;
     }
-    op_failed(*static_cast<op*>(err.op_context), text, !per_op_error(err.err));
+    auto& failed = *static_cast<op*>(err.op_context);
+    if (failed.owner == nullptr) {
+      LS_ERROR("fabric: {} failed a write that is not posted (ignored): {}", provider_, text);
+      continue;
+    }
+    op_failed(failed, text, !per_op_error(err.err));
   }
   reclaim_unattributed();
   return completed;
 }
 
 // shm reports a failed write with a NULL op_context (TOOLCHAIN.md): which
-// write failed, hence which job and peer, is unknown. Each such entry is
-// still the one completion of one posted write, so the writes of healthy
-// peers go on completing normally, and once every posted write has
-// completed one way or the other, the writes still posted are exactly the
-// failed ones (reclaim_unattributed). Only their jobs and peers fail, and
-// their slots come back. Until then a failed write's job waits, bounded by
-// its deadline.
+// write failed, hence which job and peer, is unknown. libfabric gives each
+// posted operation exactly one completion, and this CQ carries our writes
+// only, so each such entry is the completion of one posted write: the
+// writes of healthy peers go on completing normally, and once every posted
+// write has completed one way or the other, the writes still posted are
+// exactly the failed ones (reclaim_unattributed). Only their jobs and peers
+// fail, and their slots come back. Until then a failed write's job waits,
+// bounded by its deadline; writes to other peers that never pause keep it
+// waiting to that deadline (writes_in_flight), and its slots come back at
+// the first moment nothing else is in flight.
 void engine::error_without_context(const std::string& text) {
   ++unattributed_errors_;
   unattributed_text_ = text;
@@ -459,9 +471,27 @@ void engine::error_without_context(const std::string& text) {
 void engine::reclaim_unattributed() {
   if (unattributed_errors_ == 0 || unattributed_errors_ < in_flight_)
     return;
-  if (unattributed_errors_ > in_flight_)
-    LS_ERROR("fabric: {} reported {} failed writes without context, but only {} were in flight",
+  if (unattributed_errors_ > in_flight_) {
+    // More failures than writes posted: the one-completion-per-write rule
+    // does not hold here, so no write can be matched and no slot is freed
+    // on this count. Every job with writes in flight fails; its writes may
+    // still land.
+    LS_ERROR("fabric: {} reported {} failed writes without context, but only {} were in flight; "
+             "failing every job with writes in flight",
              provider_, unattributed_errors_, in_flight_);
+    for (auto& j : active_)
+      if (!j->reported && j->in_flight > 0) {
+        fail_job(*j,
+                 make_error(lserr::writes_in_flight, "write to peer " +
+                                                         std::to_string(j->peer_idx) + " failed (" +
+                                                         provider_ + "): " + unattributed_text_),
+                 true);
+        j->reported = true;
+        reports_under_lock_.push_back(job_result{j->id, j->status, j->bytes_done});
+      }
+    unattributed_errors_ = 0;
+    return;
+  }
   for (auto& o : ops_)
     if (o.owner != nullptr)
       op_failed(o, unattributed_text_, true);
