@@ -299,7 +299,7 @@ const kv_pointers* shared_pointer_set(std::vector<std::unique_ptr<const kv_point
 
 context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,
                                           std::vector<request_transfer> batch,
-                                          submit_sink transport, context_config cfg) {
+                                          submit_sink transport, const context_config& cfg) {
   auto& init = self->state;
   init.transport = std::move(transport);
   init.cfg = cfg;

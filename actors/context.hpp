@@ -153,6 +153,6 @@ struct context_state {
 
 context_actor::behavior_type context_impl(context_actor::stateful_pointer<context_state> self,
                                           std::vector<request_transfer> batch,
-                                          submit_sink transport, context_config cfg);
+                                          submit_sink transport, const context_config& cfg);
 
 } // namespace layerstream

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 #include <caf/exit_reason.hpp>
 
@@ -63,7 +64,7 @@ void settle(self_ptr self, const finish_result& res) {
 manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manager_state> self,
                                           submit_sink transport, manager_config cfg) {
   self->state.transport = std::move(transport);
-  self->state.cfg = cfg;
+  self->state.cfg = std::move(cfg);
   return {
       [self](setup& msg) -> caf::result<caf::ok_atom> {
         auto& st = self->state;

@@ -45,8 +45,9 @@ class layer_notifier::drain {
   drain& operator=(const drain&) = delete;
 
   /// Producer side (the forward thread). False when the ring is full.
-  bool push(slot&& s) {
-    if (!ring_.try_push(std::move(s)))
+  /// Moves `s` in, or leaves it as it was when the ring is full.
+  bool push(slot& s) {
+    if (!ring_.try_push(s))
       return false;
     // No fence between the ring's (release) head store and this load: a
     // fence costs the forward thread ~1 us (it waits for the lines to come
@@ -244,7 +245,7 @@ void layer_notifier::operator()(uint32_t layer) {
     // The push time serves the drain thread's last-layer spin only (one
     // vDSO clock read, tens of ns).
     s.pushed = std::chrono::steady_clock::now();
-    if (drain_->push(std::move(s))) // untouched when it fails
+    if (drain_->push(s)) // untouched when it fails
       return;
     drain_->count_overflow();
   }
@@ -254,13 +255,13 @@ void layer_notifier::operator()(uint32_t layer) {
 void layer_notifier::then(std::function<void()> fn) {
   if (drain_) {
     slot s{{}, std::move(fn), {}};
-    if (drain_->push(std::move(s)))
+    if (drain_->push(s))
       return;
     // Full ring: the continuation must not overtake queued layer_ends, and
     // this is the end of a batch (not the per-layer hot path), so wait for
     // room. Bounded: the drain thread empties the ring every poll interval.
     drain_->count_overflow();
-    while (!drain_->push(std::move(s)))
+    while (!drain_->push(s))
       std::this_thread::yield();
     return;
   }

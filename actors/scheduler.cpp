@@ -700,7 +700,7 @@ void on_page_wait_deadline(self_ptr self, room_id room, uint64_t seq) {
 
 scheduler_full_actor::behavior_type
 scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
-               prefill_device* device, transport_actor transport, manager_actor manager) {
+               prefill_device* device, transport_actor transport, const manager_actor& manager) {
   auto& init = self->state;
   init.cfg = cfg;
   init.device = device;

@@ -197,6 +197,6 @@ struct scheduler_state {
 /// `device`; the caller keeps it alive until the scheduler is gone.
 scheduler_full_actor::behavior_type
 scheduler_impl(scheduler_full_actor::stateful_pointer<scheduler_state> self, scheduler_config cfg,
-               prefill_device* device, transport_actor transport, manager_actor manager);
+               prefill_device* device, transport_actor transport, const manager_actor& manager);
 
 } // namespace layerstream

@@ -63,7 +63,7 @@ caf::actor_system& bench_system() {
 /// A transport that must never be reached (contexts in these benchmarks own
 /// no pages). The name is a spawn argument: CAF 0.17's spawn of a function
 /// without arguments dereferences a null tuple (UBSan reports it).
-caf::behavior unreachable_transport(caf::event_based_actor*, std::string who) {
+caf::behavior unreachable_transport(caf::event_based_actor*, const std::string& who) {
   auto fail = [who](room_id room) {
     std::cerr << who << ": unexpected submit for room " << room << "\n";
     std::abort();
@@ -110,7 +110,7 @@ void notifier_bench(benchmark::State& state, notifier_options opts,
   // one preempted call in 500 moves a mean by microseconds.
   std::vector<double> call_ns;
   call_ns.reserve(static_cast<size_t>(state.max_iterations));
-  for (auto _ : state) {
+  for (auto _ : state) { // NOLINT(clang-analyzer-deadcode.DeadStores): the benchmark loop
     auto t0 = std::chrono::steady_clock::now();
     notify(layer);
     auto t1 = std::chrono::steady_clock::now();
@@ -203,7 +203,7 @@ kv_pointers make_pointers(uint32_t layers) {
     p.dst_v.push_back(uint64_t{4} << 40 | uint64_t{l} << 32);
   }
   p.item_lens.assign(layers, 4096);
-  p.item_lens.resize(2 * layers, 2048);
+  p.item_lens.resize(2 * size_t{layers}, 2048);
   return p;
 }
 
@@ -245,7 +245,7 @@ void run_layer_blocks(benchmark::State& state, uint64_t run_len) {
     return;
   }
   verify(out, src, dst, ptrs, 2);
-  for (auto _ : state) {
+  for (auto _ : state) { // NOLINT(clang-analyzer-deadcode.DeadStores): the benchmark loop
     out.clear();
     auto err = append_layer_blocks(*plan, ptrs, 2, out);
     benchmark::DoNotOptimize(err);
@@ -260,12 +260,12 @@ void run_layer_blocks(benchmark::State& state, uint64_t run_len) {
 void BM_LayerBlocks(benchmark::State& state) {
   run_layer_blocks(state, 64);
 }
-BENCHMARK(BM_LayerBlocks)->Arg(1)->Arg(1024)->Arg(128 * 1024);
+BENCHMARK(BM_LayerBlocks)->Arg(1)->Arg(1024)->Arg(int64_t{128} * 1024);
 
 void BM_LayerBlocksContiguous(benchmark::State& state) {
   run_layer_blocks(state, ~uint64_t{0});
 }
-BENCHMARK(BM_LayerBlocksContiguous)->Arg(1)->Arg(1024)->Arg(128 * 1024);
+BENCHMARK(BM_LayerBlocksContiguous)->Arg(1)->Arg(1024)->Arg(int64_t{128} * 1024);
 
 } // namespace
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <iostream>
@@ -63,7 +64,7 @@ int64_t percentile(std::vector<int64_t> v, double p) {
   if (v.empty())
     return 0;
   std::sort(v.begin(), v.end());
-  auto k = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  auto k = static_cast<size_t>(std::llround(p * static_cast<double>(v.size() - 1)));
   return v[std::min(k, v.size() - 1)];
 }
 
@@ -237,7 +238,7 @@ run_forward_alone(std::vector<std::unique_ptr<prefill_device>>& devices,
     took.push_back(done[rank].get_future());
     auto fwd = devices[rank]->make_forward(
         cfg.model.layer_compute, [](uint32_t) {},
-        [&done, rank](uint64_t, forward_timing t) {
+        [&done, rank](uint64_t, const forward_timing& t) {
           done[rank].set_value(
               t.status ? -1.0 : std::chrono::duration<double, std::milli>(t.end - t.start).count());
         });

@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -66,9 +67,7 @@ CLI::Option* add_optional(CLI::App* app, const std::string& name, std::optional<
   return opt;
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{
       "layerstream: per-layer, overlapped KV-cache transfer for disaggregated LLM serving"};
   app.require_subcommand(1);
@@ -225,4 +224,19 @@ int main(int argc, char** argv) {
     return layerstream::run_transport_bench(tb);
   }
   return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // What nothing below caught (out of memory, a library's throw) ends the
+  // process with its text and exit 1, not with std::terminate's abort.
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "layerstream: unexpected error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "layerstream: unexpected error (not a std::exception)\n");
+  }
+  return 1;
 }

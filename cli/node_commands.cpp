@@ -482,7 +482,7 @@ int run_soak(const soak_options& opts) {
   return ok ? 0 : 1;
 }
 
-int run_prefill(const std::string& config_path, std::optional<std::string> log_level) {
+int run_prefill(const std::string& config_path, const std::optional<std::string>& log_level) {
   auto cfg = load(config_path, config_role::prefill, log_level_flag(log_level));
   if (!cfg)
     return 2;
@@ -590,7 +590,7 @@ int run_prefill(const std::string& config_path, std::optional<std::string> log_l
   return 0;
 }
 
-int run_decode(const std::string& config_path, std::optional<std::string> log_level,
+int run_decode(const std::string& config_path, const std::optional<std::string>& log_level,
                const std::string& json_path, bool with_digest) {
   auto cfg = load(config_path, config_role::decode, log_level_flag(log_level));
   if (!cfg)

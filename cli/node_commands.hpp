@@ -46,12 +46,12 @@ struct demo_options {
 int run_demo(const demo_options& opts);
 
 /// One prefill rank: publishes its authentication gate and serves until SIGINT/SIGTERM.
-int run_prefill(const std::string& config_path, std::optional<std::string> log_level);
+int run_prefill(const std::string& config_path, const std::optional<std::string>& log_level);
 
 /// One decode node: connects to every prefill rank, runs the workload,
 /// prints the report. Exit 0 only if every room completed bit-exactly.
 /// `pool_digest`: also hash the whole decode pool into the report.
-int run_decode(const std::string& config_path, std::optional<std::string> log_level,
+int run_decode(const std::string& config_path, const std::optional<std::string>& log_level,
                const std::string& json_path, bool pool_digest = false);
 
 } // namespace layerstream::cli

@@ -34,8 +34,9 @@ class spsc_ring {
   spsc_ring(const spsc_ring&) = delete;
   spsc_ring& operator=(const spsc_ring&) = delete;
 
-  /// Producer: false (and `value` untouched) when the ring is full.
-  bool try_push(T&& value) {
+  /// Producer: moves `value` in and returns true, or returns false (and
+  /// leaves `value` as it was) when the ring is full.
+  bool try_push(T& value) {
     auto& p = producer_;
     const size_t head = p.head.load(std::memory_order_relaxed);
     if (head - p.cached_tail > p.mask) {

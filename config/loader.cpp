@@ -255,6 +255,7 @@ const key_collector& known_keys() {
 void check_unknown_keys(const toml::table& root, const std::string& file) {
   const auto& tables = known_keys().tables;
   std::vector<std::string> table_names;
+  table_names.reserve(tables.size());
   for (const auto& t : tables)
     table_names.push_back(t.first);
   // A key placed in the wrong table: "did you mean [transfer] chunk_tokens?"
@@ -877,7 +878,7 @@ const char* to_string(config_role role) {
   return "unknown";
 }
 
-config_result load_config_string(std::string_view toml_text, std::string name) {
+config_result load_config_string(std::string_view toml_text, const std::string& name) {
   try {
     // ASCII only: toml++ 3.3 reaches TOML_UNREACHABLE (undefined behaviour)
     // on some non-ASCII whitespace (found by tests/fuzz/config_fuzz), and no

@@ -59,7 +59,7 @@ const char* to_string(config_role role);
 config_result load_config_file(const std::string& path);
 
 /// Loads TOML text; `name` stands for the file in errors.
-config_result load_config_string(std::string_view toml, std::string name);
+config_result load_config_string(std::string_view toml, const std::string& name);
 
 /// The TOML text of the built-in demo default: config/demo.toml, embedded at
 /// build time (one source; a test checks they are equal).

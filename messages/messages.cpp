@@ -114,7 +114,7 @@ caf::error check_block_counts(const submit_batch& batch) {
 }
 
 caf::error check_transfer_info(const transfer_info& info, const transfer_info_shape& shape) {
-  auto fail = [&](std::string what) {
+  auto fail = [&](const std::string& what) {
     return make_error(lserr::bad_input,
                       "transfer_info of room " + std::to_string(info.room) + ": " + what);
   };

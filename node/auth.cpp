@@ -50,9 +50,10 @@ struct session_state {
 };
 
 scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<session_state> self,
-                                            scheduler_actor scheduler, caf::node_id peer,
-                                            std::vector<uint8_t> key, caf::timespan timeout,
-                                            std::string gate_name) {
+                                            const scheduler_actor& scheduler,
+                                            const caf::node_id& peer,
+                                            const std::vector<uint8_t>& key, caf::timespan timeout,
+                                            const std::string& gate_name) {
   // The scheduler gone while the process lives on (an actor that failed)
   // ends the session too: decode then sees this rank down and opens no room
   // on it, instead of sending it rooms that can only fail and hold pages.

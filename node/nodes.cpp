@@ -13,7 +13,8 @@ namespace layerstream {
 
 caf::expected<std::unique_ptr<prefill_node>>
 prefill_node::start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank,
-                    std::shared_ptr<trace_recorder> trace, const device_factory& make_device) {
+                    const std::shared_ptr<trace_recorder>& trace,
+                    const device_factory& make_device) {
   auto node = std::make_unique<prefill_node>();
   node->cp_rank = cp_rank;
   auto device = make_device ? make_device(cfg, cp_rank) : make_prefill_device(cfg, cp_rank);
@@ -108,7 +109,7 @@ void decode_node::stop() {
 }
 
 caf::error local_cluster::start(caf::actor_system& sys, const deployment_config& cfg,
-                                std::shared_ptr<trace_recorder> trace,
+                                const std::shared_ptr<trace_recorder>& trace,
                                 const device_factory& make_device) {
   std::vector<scheduler_actor> schedulers;
   for (uint32_t r = 0; r < cfg.cluster.cp_size; ++r) {

@@ -46,7 +46,8 @@ struct prefill_node {
   /// (optional) replaces make_prefill_device.
   static caf::expected<std::unique_ptr<prefill_node>>
   start(caf::actor_system& sys, const deployment_config& cfg, uint32_t cp_rank,
-        std::shared_ptr<trace_recorder> trace = nullptr, const device_factory& make_device = {});
+        const std::shared_ptr<trace_recorder>& trace = nullptr,
+        const device_factory& make_device = {});
   void stop();
 };
 
@@ -71,7 +72,7 @@ struct local_cluster {
   /// Starts every prefill rank, then the decode node. On error, what was
   /// started is still here for stop().
   caf::error start(caf::actor_system& sys, const deployment_config& cfg,
-                   std::shared_ptr<trace_recorder> trace = nullptr,
+                   const std::shared_ptr<trace_recorder>& trace = nullptr,
                    const device_factory& make_device = {});
 
   /// Stops every actor, waits for all actors of `sys`, closes the fabric target.

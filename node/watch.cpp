@@ -10,8 +10,8 @@ namespace layerstream {
 namespace {
 
 caf::behavior watcher(caf::event_based_actor* self,
-                      std::vector<std::pair<std::string, caf::actor>> actors,
-                      std::function<void(std::string)> on_down) {
+                      const std::vector<std::pair<std::string, caf::actor>>& actors,
+                      const std::function<void(std::string)>& on_down) {
   for (const auto& entry : actors)
     self->monitor(entry.second);
   self->set_down_handler([self, actors, on_down](caf::down_msg& dm) {

@@ -162,7 +162,7 @@ void settle_job(transport_state& st, fabric::job_result& done) {
 }
 
 transport_impl::behavior_type transport_fun(transport_impl::stateful_pointer<transport_state> self,
-                                            std::shared_ptr<engine_handoff> handoff) {
+                                            const std::shared_ptr<engine_handoff>& handoff) {
   self->state.engine = std::move(handoff->engine);
   self->state.route = std::move(handoff->route);
   self->state.scope = handoff->scope;
