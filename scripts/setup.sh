@@ -4,13 +4,15 @@
 #
 #   scripts/setup.sh demo [ARGS...]   build, then `layerstream demo ARGS...`
 #   scripts/setup.sh test [--quick]   build and run every test (ctest): the
-#                                     plain build, then ASan+UBSan and TSan
-#                                     builds (--quick: the plain build only)
+#                                     plain build and its static checks
+#                                     (scripts/lint.sh), then ASan+UBSan and
+#                                     TSan builds (--quick: the plain build's
+#                                     tests only)
 #   scripts/setup.sh build [plain|asan|tsan]
 #   scripts/setup.sh deps             install missing packages only
 #
 # Build folders: build/ (plain), build-asan/, build-tsan/. Exit code: the
-# job's own; for test 0 only when every build and every ctest run passed.
+# job's own; for test 0 only when every build, ctest run and check passed.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +20,7 @@ jobs=${LAYERSTREAM_JOBS:-$(nproc)}
 
 packages=(cmake g++ make pkg-config python3 libcaf-dev libfabric-dev libfabric-bin
   libspdlog-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libgtest-dev
-  libbenchmark-dev iproute2 libssl-dev openssl clang clang-format procps)
+  libbenchmark-dev iproute2 libssl-dev openssl clang clang-format clang-tidy cppcheck procps)
 
 log() { echo "setup: $*" >&2; }
 
@@ -88,12 +90,14 @@ case "$cmd" in
     status=0
     build plain && run_ctest "$root/build" plain || status=1
     if [ $quick -eq 0 ]; then
+      log "static checks (cppcheck, clang-tidy)"
+      "$root/scripts/lint.sh" "$root/build" || status=1
       build asan && run_ctest "$root/build-asan" "ASan+UBSan" || status=1
       build tsan && run_ctest "$root/build-tsan" TSan || status=1
     fi
     [ $status -eq 0 ] && log "all test runs passed" || log "some test runs FAILED"
     exit $status ;;
   *)
-    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2 ;;
 esac
