@@ -685,7 +685,8 @@ TEST_P(FabricEngine, WritesThatFailWithoutContextFailOnlyTheirPeersJobsAndGiveTh
   auto& dst = sized(dst_, len);
   std::mt19937_64 rng{11};
   test::fill_random(src, rng);
-  auto faults = std::make_shared<fabric::job_faults_without_context>(std::set<uint64_t>{3});
+  auto faults = std::make_shared<fabric::job_faults>(std::set<uint64_t>{3},
+                                                     fabric::job_fault::without_context);
   fabric::fabric_config init_cfg;
   init_cfg.max_write_size = 16 << 10; // 16 writes per job
   init_cfg.max_in_flight = 8;         // fewer slots than one job's writes
@@ -724,6 +725,48 @@ TEST_P(FabricEngine, WritesThatFailWithoutContextFailOnlyTheirPeersJobsAndGiveTh
   EXPECT_GE(st.peer_errors.load(), 1u);
   EXPECT_LE(st.peer_errors.load(), 4u);
   EXPECT_EQ(st.injected_errors.load(), st.peer_errors.load());
+}
+
+TEST_P(FabricEngine, MoreFailuresWithoutContextThanWritesPostedFailTheirJobsAndKeepTheirSlots) {
+  // A provider that breaks one completion per write: job 3's one write (to
+  // A) comes back as two errors with no op_context. No write can be matched
+  // to them, so every job with writes in flight (job 3) fails, saying its
+  // writes may still land, and its slot stays taken. The engine goes on
+  // with the slots it has left: B's job, larger than them, still lands.
+  constexpr uint64_t len = 64 << 10;
+  auto& src = sized(src_, 2 * len);
+  auto& dst = sized(dst_, len);
+  std::mt19937_64 rng{13};
+  test::fill_random(src, rng);
+  auto faults = std::make_shared<fabric::job_faults>(std::set<uint64_t>{3},
+                                                     fabric::job_fault::without_context_twice);
+  fabric::fabric_config init_cfg;
+  init_cfg.max_write_size = 16 << 10; // B's job: 4 writes
+  init_cfg.max_in_flight = 2;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, 10s, faults));
+  if (IsSkipped())
+    return;
+  ASSERT_NO_FATAL_FAILURE(open_second_target(2, test::addr_of(src)));
+  // Job 3 alone in flight: its two errors meet one posted write.
+  ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), 4096}}));
+  auto to_a = done_.wait(3, result_wait);
+  ASSERT_TRUE(to_a.has_value()) << "a job whose write failed twice without context never ended";
+  ASSERT_TRUE(to_a->status) << "a write that failed without context reported success";
+  EXPECT_TRUE(is(to_a->status, lserr::writes_in_flight)) << describe(to_a->status);
+  EXPECT_NE(describe(to_a->status).find("without its op_context"), std::string::npos)
+      << describe(to_a->status);
+  EXPECT_NE(initiator_->peer_failure(peer_), "");
+  EXPECT_EQ(initiator_->stats().injected_errors.load(), 2u);
+  ASSERT_FALSE(initiator_->submit(4, peer_b_, {{test::addr_of(src, len), region_b_.base, len}}));
+  auto to_b = done_.wait(4, result_wait);
+  ASSERT_TRUE(to_b.has_value()) << "the engine stalled with one slot kept";
+  ASSERT_FALSE(to_b->status) << describe(to_b->status);
+  EXPECT_EQ(std::memcmp(dst_b_.data(), src.data() + len, len), 0);
+  EXPECT_EQ(initiator_->peer_failure(peer_b_), "");
+  // Job 3's write was never counted as ended: its slot is the one kept.
+  const auto& st = initiator_->stats();
+  EXPECT_EQ(st.writes_posted.load(),
+            st.writes_completed.load() + st.op_errors.load() + st.peer_errors.load() + 1);
 }
 
 TEST_P(FabricEngine, APeerAddressOfTheWrongShapeIsRefusedBeforeTheProviderReadsIt) {

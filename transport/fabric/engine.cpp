@@ -397,10 +397,14 @@ int engine::read_cq() {
           op_failed(*o, "injected CQ error completion (fault injection, per-op)", false);
           continue;
         }
-        if (faults_ && role_ == role::initiator && faults_->lose_context(j->id)) {
-          stats_.injected_errors.fetch_add(1, std::memory_order_relaxed);
-          error_without_context("injected CQ error completion without its op_context "
-                                "(fault injection, as shm reports a dead peer's writes)");
+        if (auto lost =
+                faults_ && role_ == role::initiator ? faults_->errors_without_context(j->id) : 0u;
+            lost > 0) {
+          for (unsigned k = 0; k < lost; ++k) {
+            stats_.injected_errors.fetch_add(1, std::memory_order_relaxed);
+            error_without_context("injected CQ error completion without its op_context "
+                                  "(fault injection, as shm reports a dead peer's writes)");
+          }
           continue;
         }
         j->in_flight -= 1;

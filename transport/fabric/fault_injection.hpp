@@ -25,41 +25,50 @@ class fault_injector {
   /// One successful completion of a write of job `job_id`: true turns it
   /// into an error completion.
   virtual bool fail_completion(uint64_t job_id) = 0;
-  /// The same completion, when fail_completion said no: true turns it into
-  /// an error completion WITHOUT its op_context, as shm reports every write
-  /// to a peer that died (TOOLCHAIN.md): the engine cannot tell which write
-  /// failed, and the write keeps its slot until the engine works it out.
-  virtual bool lose_context(uint64_t /*job_id*/) { return false; }
+  /// The same completion, when fail_completion said no: how many error
+  /// completions WITHOUT an op_context it becomes (0: none), as shm reports
+  /// every write to a peer that died (TOOLCHAIN.md). The engine cannot tell
+  /// which write failed, and the write keeps its slot until the engine works
+  /// it out. More than one breaks libfabric's one completion per operation,
+  /// which the engine must survive too.
+  virtual unsigned errors_without_context(uint64_t /*job_id*/) { return 0; }
 };
 
-/// Fails the first completion of each chosen job.
+/// What job_faults does to the completions of its chosen jobs.
+enum class job_fault {
+  /// The first completion of each job is a per-op error.
+  per_op_once,
+  /// Every completion is an error without op_context (a dead shm peer).
+  without_context,
+  /// Every completion is two errors without op_context: more failures
+  /// than writes posted.
+  without_context_twice,
+};
+
+/// Fails the completions of the chosen jobs, as `kind` says.
 class job_faults final : public fault_injector {
  public:
-  explicit job_faults(std::set<uint64_t> jobs) : jobs_(std::move(jobs)) {}
+  explicit job_faults(std::set<uint64_t> jobs, job_fault kind = job_fault::per_op_once)
+      : jobs_(std::move(jobs)), kind_(kind) {}
   bool fail_completion(uint64_t job_id) override {
+    if (kind_ != job_fault::per_op_once)
+      return false;
     std::lock_guard<std::mutex> guard{mutex_};
     return jobs_.erase(job_id) > 0;
   }
-
- private:
-  std::mutex mutex_;
-  std::set<uint64_t> jobs_;
-};
-
-/// Turns every completion of each chosen job into an error completion with
-/// no op_context (the writes of a dead shm peer).
-class job_faults_without_context final : public fault_injector {
- public:
-  explicit job_faults_without_context(std::set<uint64_t> jobs) : jobs_(std::move(jobs)) {}
-  bool fail_completion(uint64_t) override { return false; }
-  bool lose_context(uint64_t job_id) override {
+  unsigned errors_without_context(uint64_t job_id) override {
+    if (kind_ == job_fault::per_op_once)
+      return 0;
     std::lock_guard<std::mutex> guard{mutex_};
-    return jobs_.count(job_id) > 0;
+    if (jobs_.count(job_id) == 0)
+      return 0;
+    return kind_ == job_fault::without_context ? 1 : 2;
   }
 
  private:
   std::mutex mutex_;
   std::set<uint64_t> jobs_;
+  job_fault kind_;
 };
 
 /// Fails each completion with probability `rate` (seeded, reproducible per
