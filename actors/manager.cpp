@@ -66,34 +66,56 @@ manager_actor::behavior_type manager_impl(manager_actor::stateful_pointer<manage
   self->state.transport = std::move(transport);
   self->state.cfg = std::move(cfg);
   return {
-      [self](setup& msg) -> caf::result<caf::ok_atom> {
+      [self](setup& msg) -> setup_result {
         auto& st = self->state;
-        // Check the whole batch first: a bad batch activates nothing.
-        std::unordered_map<room_id, bool> seen;
+        // Each room is checked alone: one that cannot be set up fails by
+        // itself, and the forward runs for the others.
+        std::unordered_map<room_id, size_t> in_batch;
+        for (const auto& req : msg.batch)
+          ++in_batch[req.room];
+        setup_result answer;
+        // An answer names rooms, not positions: a room is refused once, and
+        // every copy of an id given twice is refused.
+        auto refuse = [&](room_id room, caf::error why) {
+          auto same = [room](const room_refusal& r) { return r.room == room; };
+          if (std::none_of(answer.refused.begin(), answer.refused.end(), same))
+            answer.refused.push_back({room, std::move(why)});
+        };
+        std::vector<request_transfer> taken;
+        taken.reserve(msg.batch.size());
         for (auto& req : msg.batch) {
-          if (st.context_of.count(req.room) > 0 || !seen.emplace(req.room, true).second)
-            return make_error(lserr::duplicate_room,
-                              "setup: room " + std::to_string(req.room) + " is already active");
-          if (auto err = validate(req.ptrs))
-            return make_error(lserr::bad_input,
-                              "setup: room " + std::to_string(req.room) + ": " + describe(err));
+          const auto name = "setup: room " + std::to_string(req.room);
+          if (in_batch[req.room] > 1)
+            refuse(req.room, make_error(lserr::duplicate_room,
+                                        name + " appears " + std::to_string(in_batch[req.room]) +
+                                            " times in one batch"));
+          else if (st.context_of.count(req.room) > 0)
+            refuse(req.room, make_error(lserr::duplicate_room,
+                                        name + " is still active here: the context of an earlier "
+                                               "request with this id has not finished"));
+          else if (auto err = validate(req.ptrs))
+            refuse(req.room, make_error(lserr::bad_input, name + ": " + describe(err)));
+          else
+            taken.push_back(std::move(req));
         }
-        if (msg.batch.empty())
-          return caf::ok_atom::value;
+        for (const auto& r : answer.refused)
+          LS_WARN("manager: {}", describe(r.reason));
+        if (taken.empty())
+          return answer;
         std::vector<room_id> rooms;
-        rooms.reserve(msg.batch.size());
-        for (auto& req : msg.batch) {
+        rooms.reserve(taken.size());
+        for (const auto& req : taken) {
           st.finished.erase(req.room); // A room id reused by a new request starts afresh.
           rooms.push_back(req.room);
         }
-        auto ctx = self->spawn<caf::linked>(context_impl, std::move(msg.batch), st.transport,
-                                            st.cfg.context);
+        auto ctx =
+            self->spawn<caf::linked>(context_impl, std::move(taken), st.transport, st.cfg.context);
         for (auto room : rooms)
           st.context_of.emplace(room, ctx);
         st.active.push_back({ctx, rooms.size()});
-        LS_DEBUG("manager: setup of {} rooms, {} rooms in {} contexts active", rooms.size(),
-                 st.context_of.size(), st.active.size());
-        return caf::ok_atom::value;
+        LS_DEBUG("manager: setup of {} rooms ({} refused), {} rooms in {} contexts active",
+                 rooms.size(), answer.refused.size(), st.context_of.size(), st.active.size());
+        return answer;
       },
       [self](const layer_end& msg) {
         handler_clock busy{self->state.cfg.context.handler_cpu}; // shared with its contexts

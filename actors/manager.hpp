@@ -3,8 +3,10 @@
 //
 // Protocol:
 //   setup{batch}    from the scheduler, before the forward: spawn one context
-//                   for the batch's requests; answered with ok once it exists
-//                   (so the forward may start), or an error for a bad batch
+//                   for the batch's requests; answered with setup_result once
+//                   it exists (so the forward may start). A room that cannot
+//                   be set up (its id still active here, bad pointers) is
+//                   refused in the answer, alone: the others go on
 //   layer_end       from the notifier (forward thread): fanned out to every
 //                   active context with the same event; a no-op when idle
 //   finish{room}    from the scheduler: forwarded to that room's context;
@@ -31,7 +33,7 @@
 namespace layerstream {
 
 using manager_actor =
-    caf::typed_actor<caf::replies_to<setup>::with<caf::ok_atom>, caf::reacts_to<layer_end>,
+    caf::typed_actor<caf::replies_to<setup>::with<setup_result>, caf::reacts_to<layer_end>,
                      caf::replies_to<finish>::with<finish_result>>;
 
 struct manager_config {

@@ -458,6 +458,41 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
   try_start_batch(self);
 }
 
+/// The manager refused some rooms of batch `batch_id` (setup_result): each
+/// leaves the batch and its forward, and fails with the manager's reason
+/// (its context was never made, so nothing of it was sent). Returns whether
+/// any room is left to run the forward for.
+bool drop_refused_rooms(self_ptr self, uint64_t batch_id, forward_batch& fb,
+                        const setup_result& answer) {
+  auto& st = self->state;
+  auto b = st.batches.find(batch_id);
+  if (b == st.batches.end())
+    return false;
+  auto& bs = b->second;
+  std::vector<room_refusal> dropped;
+  for (const auto& r : answer.refused) {
+    auto pos = std::find(bs.rooms.begin(), bs.rooms.end(), r.room);
+    if (pos == bs.rooms.end())
+      continue; // not a room of this batch: nothing to drop
+    bs.chunks.erase(bs.chunks.begin() + (pos - bs.rooms.begin()));
+    bs.rooms.erase(pos);
+    --bs.unsettled;
+    fb.items.erase(std::remove_if(fb.items.begin(), fb.items.end(),
+                                  [&](const forward_item& item) { return item.room == r.room; }),
+                   fb.items.end());
+    dropped.push_back(r);
+  }
+  const bool rooms_left = !bs.rooms.empty();
+  if (!rooms_left)
+    st.batches.erase(b);
+  for (auto& r : dropped) {
+    if (auto i = st.rooms.find(r.room); i != st.rooms.end())
+      i->second.busy = false;
+    settle_room(self, r.room, std::move(r.reason));
+  }
+  return rooms_left;
+}
+
 void try_start_batch(self_ptr self) {
   auto& st = self->state;
   if (st.overdue) {
@@ -531,8 +566,13 @@ void try_start_batch(self_ptr self) {
   // layer_end can arrive before its contexts exist.
   self->request(st.manager, st.cfg.timeouts.room, std::move(msg))
       .then(
-          [self, batch_id, fb = std::move(fb)](caf::ok_atom) mutable {
+          [self, batch_id, fb = std::move(fb)](setup_result& answer) mutable {
             auto& s = self->state;
+            if (!answer.refused.empty() && !drop_refused_rooms(self, batch_id, fb, answer)) {
+              s.forward_busy = false; // every room was refused: no forward
+              try_start_batch(self);
+              return;
+            }
             s.running_batch = batch_id;
             s.running_since = std::chrono::steady_clock::now();
             s.forward->run(std::move(fb));

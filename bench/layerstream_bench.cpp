@@ -100,8 +100,12 @@ void notifier_bench(benchmark::State& state, notifier_options opts,
     setup batch;
     batch.batch.push_back(std::move(req));
     self->request(mgr, std::chrono::seconds(10), std::move(batch))
-        .receive([](caf::ok_atom) {},
-                 [&](caf::error& err) { state.SkipWithError(describe(err).c_str()); });
+        .receive(
+            [&](const setup_result& res) {
+              if (!res.refused.empty())
+                state.SkipWithError(describe(res.refused.front().reason).c_str());
+            },
+            [&](caf::error& err) { state.SkipWithError(describe(err).c_str()); });
   }
   completed_event_source events;
   layer_notifier notify{mgr, events, opts};

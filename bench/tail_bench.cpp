@@ -355,8 +355,13 @@ std::optional<handling_sample> measure_handling(caf::actor_system& sys,
   caf::scoped_actor self{sys};
   bool ready = false;
   self->request(manager, 30s, std::move(batch))
-      .receive([&](caf::ok_atom) { ready = true; },
-               [&](caf::error& err) { why = "setup: " + sys.render(err); });
+      .receive(
+          [&](const setup_result& res) {
+            ready = res.refused.empty();
+            if (!ready)
+              why = "setup: " + describe(res.refused.front().reason);
+          },
+          [&](caf::error& err) { why = "setup: " + sys.render(err); });
   std::optional<handling_sample> out;
   if (ready) {
     completed_event_source events;

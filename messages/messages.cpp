@@ -148,6 +148,8 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<kv_pointers>("layerstream::kv_pointers");
   cfg.add_message_type<request_transfer>("layerstream::request_transfer");
   cfg.add_message_type<setup>("layerstream::setup");
+  cfg.add_message_type<room_refusal>("layerstream::room_refusal");
+  cfg.add_message_type<setup_result>("layerstream::setup_result");
   cfg.add_message_type<layer_end>("layerstream::layer_end");
   cfg.add_message_type<event_ready>("layerstream::event_ready");
   cfg.add_message_type<submit>("layerstream::submit");

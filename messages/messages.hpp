@@ -102,7 +102,7 @@ typename Inspector::result_type inspect(Inspector& f, request_transfer& x) {
 }
 
 /// scheduler -> manager, before the forward: the requests whose KV this
-/// forward batch produces. Answered with caf::ok_atom once their contexts exist.
+/// forward batch produces. Answered with setup_result once their context exists.
 struct setup {
   std::vector<request_transfer> batch;
   friend bool operator==(const setup& a, const setup& b) { return a.batch == b.batch; }
@@ -111,6 +111,36 @@ struct setup {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, setup& x) {
   return inspect_fields(f, caf::meta::type_name("setup"), x.batch);
+}
+
+/// A room of a setup the manager did not take, and why.
+struct room_refusal {
+  room_id room = 0;
+  caf::error reason;
+  friend bool operator==(const room_refusal& a, const room_refusal& b) {
+    return a.room == b.room && a.reason == b.reason;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_refusal& x) {
+  return inspect_fields(f, caf::meta::type_name("room_refusal"), x.room, x.reason);
+}
+
+/// manager -> scheduler, the answer to setup: every room of the batch but
+/// the refused ones has its context, so the forward may start. One bad room
+/// (an id whose earlier context is still active, bad pointers) fails alone,
+/// not its batch.
+struct setup_result {
+  std::vector<room_refusal> refused;
+  friend bool operator==(const setup_result& a, const setup_result& b) {
+    return a.refused == b.refused;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, setup_result& x) {
+  return inspect_fields(f, caf::meta::type_name("setup_result"), x.refused);
 }
 
 /// notifier -> manager (one per layer, from the forward thread);

@@ -67,6 +67,9 @@ struct held_answers {
 /// What the stand-in manager answers, and the finishes it got.
 struct manager_script {
   bool answer_setup = true;
+  /// Rooms an answered setup refuses (duplicate_room), as the real manager
+  /// refuses an id whose earlier context is still active.
+  std::vector<room_id> refuse_setup;
   std::atomic<bool> answer_finish{false}; // a test may turn it on midway
   /// An answered finish says the room was delivered when the finish came,
   /// and goes out this much later.
@@ -93,10 +96,15 @@ stand_in_manager_actor::behavior_type stand_in_manager(stand_in_manager_actor::p
                                                        std::shared_ptr<manager_script> script) {
   auto held = std::make_shared<held_answers<finish_result>>();
   return {
-      [self, script](const setup&) -> caf::result<caf::ok_atom> {
-        if (script->answer_setup)
-          return caf::ok_atom::value;
-        return self->make_response_promise<caf::ok_atom>();
+      [self, script](const setup& msg) -> caf::result<setup_result> {
+        if (!script->answer_setup)
+          return self->make_response_promise<setup_result>();
+        setup_result res;
+        for (const auto& req : msg.batch)
+          if (std::count(script->refuse_setup.begin(), script->refuse_setup.end(), req.room) > 0)
+            res.refused.push_back(
+                {req.room, make_error(lserr::duplicate_room, "still active here (test)")});
+        return res;
       },
       [](const layer_end&) {},
       [self, script, held](const finish& msg) -> caf::result<finish_result> {
@@ -379,6 +387,45 @@ TEST_F(SchedulerWithStandIns, ASetupTheManagerNeverAnswersSaysWritesInFlightAndF
   while (!script_->got_finish(5) && std::chrono::steady_clock::now() < by)
     std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(script_->got_finish(5));
+}
+
+TEST_F(SchedulerWithStandIns, ARoomTheManagerRefusesFailsAloneAndTheRestOfItsBatchCompletes) {
+  // Rooms 5, 6 and 7 share one batch; the manager refuses room 6 (its id
+  // still has an earlier request's context there).
+  script_->answer_finish = true;
+  script_->refuse_setup = {6};
+  ASSERT_TRUE(start(true));
+  caf::anon_send(scheduler_, hold_forward{3, 1, caf::timespan{10s}});
+  auto answers = ask_all({{5, 8}, {6, 8}, {7, 8}});
+  EXPECT_FALSE(answers[0].status) << describe(answers[0].status);
+  EXPECT_TRUE(is(answers[1].status, lserr::duplicate_room)) << describe(answers[1].status);
+  EXPECT_TRUE(mentions(answers[1].status, "still active here (test)"))
+      << describe(answers[1].status);
+  EXPECT_FALSE(answers[2].status) << describe(answers[2].status);
+  // No finish for the refused room: the manager's context under that id
+  // belongs to the earlier request, whose answer it would have been.
+  EXPECT_TRUE(script_->got_finish(5));
+  EXPECT_FALSE(script_->got_finish(6));
+  EXPECT_TRUE(script_->got_finish(7));
+  auto s = stats();
+  EXPECT_EQ(s.rooms_complete, 2u);
+  EXPECT_EQ(s.rooms_failed, 1u);
+  EXPECT_EQ(s.forward_ns.size(), 1u); // one forward, for the two it kept
+}
+
+TEST_F(SchedulerWithStandIns, ABatchWhoseRoomsAreAllRefusedRunsNoForwardAndTheNextOneDoes) {
+  script_->answer_finish = true;
+  script_->refuse_setup = {5, 6};
+  ASSERT_TRUE(start(true));
+  caf::anon_send(scheduler_, hold_forward{2, 1, caf::timespan{10s}});
+  auto answers = ask_all({{5, 8}, {6, 8}});
+  EXPECT_TRUE(is(answers[0].status, lserr::duplicate_room)) << describe(answers[0].status);
+  EXPECT_TRUE(is(answers[1].status, lserr::duplicate_room)) << describe(answers[1].status);
+  EXPECT_EQ(stats().forward_ns.size(), 0u);
+  // The rank is not left busy: a later room runs and completes.
+  auto ready = ask_again(7);
+  EXPECT_FALSE(ready.status) << describe(ready.status);
+  EXPECT_EQ(stats().forward_ns.size(), 1u);
 }
 
 TEST_F(SchedulerWithStandIns, AnUnansweredSetupFailsABulkRoomWithAPlainTimeout) {

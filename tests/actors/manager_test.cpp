@@ -18,7 +18,18 @@ struct manager_fixture : actor_fixture {
   void setup_batch(std::vector<request_transfer> batch) {
     self->request(mgr, caf::infinite, setup{std::move(batch)});
     expect((setup), from(self).to(mgr));
-    expect((caf::ok_atom), from(mgr).to(self));
+    expect((setup_result), from(mgr).to(self).with(setup_result{}));
+  }
+
+  /// Sends a setup and returns the manager's answer.
+  setup_result setup_answer(std::vector<request_transfer> batch) {
+    auto hdl = self->request(mgr, caf::infinite, setup{std::move(batch)});
+    sched.run();
+    setup_result out;
+    // The answer is in self's mailbox already: this receive does not block.
+    hdl.receive([&](setup_result& res) { out = std::move(res); },
+                [](caf::error& err) { CAF_FAIL("setup: " << describe(err)); });
+    return out;
   }
 
   /// Answers to finish requests, in arrival order.
@@ -168,12 +179,37 @@ CAF_TEST(finish of a room never set up fails with unknown_room) {
   CAF_CHECK(is(res.status, lserr::unknown_room));
 }
 
-CAF_TEST(a setup naming an active room is refused whole) {
+CAF_TEST(a setup naming an active room refuses that room alone) {
   setup_batch({make_request(1, 2, 1)});
-  self->request(mgr, caf::infinite, setup{{make_request(2, 2, 1), make_request(1, 2, 1)}});
-  expect((setup), from(self).to(mgr));
-  expect((caf::error), from(mgr).to(self));
-  // Room 2 was not activated: only room 1 receives the next layer.
+  auto answer = setup_answer({make_request(2, 2, 1), make_request(1, 2, 1)});
+  CAF_REQUIRE_EQUAL(answer.refused.size(), 1u);
+  CAF_CHECK_EQUAL(answer.refused[0].room, 1u);
+  CAF_CHECK(is(answer.refused[0].reason, lserr::duplicate_room));
+  // Room 2 got a context of its own; room 1 still has only its first one.
+  auto ev = std::static_pointer_cast<host_event>(events.record(0));
+  self->send(mgr, layer_end{0, ev});
+  run();
+  CAF_CHECK_EQUAL(ev->waiting(), 2u);
+  ev->signal();
+  run();
+  CAF_CHECK_EQUAL(finish_room(2).status, caf::error{});
+  CAF_CHECK_EQUAL(finish_room(1).status, caf::error{});
+}
+
+CAF_TEST(
+    an id given twice in one setup and a room with bad pointers are refused and the rest set up) {
+  auto bad = make_request(4, 2, 1);
+  bad.ptrs.dst_k.pop_back(); // one pointer short
+  auto answer =
+      setup_answer({make_request(3, 2, 1), make_request(5, 2, 1), bad, make_request(3, 1, 1)});
+  CAF_REQUIRE_EQUAL(answer.refused.size(), 2u);
+  CAF_CHECK_EQUAL(answer.refused[0].room, 3u); // once, though given twice
+  CAF_CHECK(is(answer.refused[0].reason, lserr::duplicate_room));
+  CAF_CHECK_EQUAL(answer.refused[1].room, 4u);
+  CAF_CHECK(is(answer.refused[1].reason, lserr::bad_input));
+  // Only room 5 was set up.
+  CAF_CHECK(is(finish_room(3).status, lserr::unknown_room));
+  CAF_CHECK(is(finish_room(4).status, lserr::unknown_room));
   auto ev = std::static_pointer_cast<host_event>(events.record(0));
   self->send(mgr, layer_end{0, ev});
   run();

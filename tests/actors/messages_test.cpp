@@ -110,6 +110,9 @@ CAF_TEST(every message type round - trips through caf serialization) {
   round_trip(req.ptrs);
   round_trip(req);
   round_trip(setup{{req, make_request(6, 0, 3)}});
+  round_trip(room_refusal{6, make_error(lserr::duplicate_room, "room 6 is already active")});
+  round_trip(setup_result{{room_refusal{6, make_error(lserr::duplicate_room, "active")},
+                           room_refusal{7, make_error(lserr::bad_input, "bad pointers")}}});
   round_trip(layer_end{9, nullptr}); // the event is process-local: never serialized
   round_trip(event_ready{2, make_error(lserr::event_failed, "sticky error")});
   round_trip(submit{5, 2, 4, {{1, 2, 3}, {4, 5, 6}}});

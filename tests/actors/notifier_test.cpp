@@ -58,7 +58,8 @@ struct offload_fixture {
 
   void set_up(std::vector<request_transfer> reqs) {
     self->request(mgr, std::chrono::seconds(10), setup{std::move(reqs)})
-        .receive([](caf::ok_atom) {}, [](caf::error& err) { CAF_FAIL(describe(err)); });
+        .receive([](const setup_result& res) { CAF_REQUIRE(res.refused.empty()); },
+                 [](caf::error& err) { CAF_FAIL(describe(err)); });
   }
 
   /// Waits (10 s at most) until every layer_end notified so far was sent.

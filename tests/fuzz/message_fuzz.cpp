@@ -108,10 +108,11 @@ void dispatch(type_list<Ts...>, uint8_t selector, const uint8_t* data, size_t si
 using wire_types =
     type_list<transfer_info, kv_ready, auth_hello, auth_challenge, auth_proof, remote_region,
               fabric_peer, connect_peer, block, std::vector<block>, page_run, transfer_plan,
-              kv_pointers, request_transfer, setup, layer_end, event_ready, submit, submit_done,
-              room_blocks, submit_batch, submit_batch_done, finish, finish_result, finish_deadline,
-              batch_done, stats_query, hold_forward, scheduler_stats, open_room, room_result,
-              close_room, room_deadline, room_status_query, room_status>;
+              kv_pointers, request_transfer, setup, room_refusal, setup_result, layer_end,
+              event_ready, submit, submit_done, room_blocks, submit_batch, submit_batch_done,
+              finish, finish_result, finish_deadline, batch_done, stats_query, hold_forward,
+              scheduler_stats, open_room, room_result, close_room, room_deadline, room_status_query,
+              room_status>;
 
 } // namespace
 
