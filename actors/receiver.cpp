@@ -28,13 +28,14 @@ receiver_state::~receiver_state() {
                                                        std::to_string(room) + " finished"),
                       entry.bytes, false, entry.started_ns, entry.finished_ns});
   }
-  for (auto& w : page_wait)
+  page_wait.for_each([](room_id room, page_waiter& w) {
     if (w.reply.pending())
-      w.reply.deliver(room_result{w.msg.room,
-                                  make_error(lserr::cancelled, "receiver stopped while room " +
-                                                                   std::to_string(w.msg.room) +
-                                                                   " waited for pages"),
-                                  0, false, w.started_ns, w.started_ns});
+      w.reply.deliver(
+          room_result{room,
+                      make_error(lserr::cancelled, "receiver stopped while room " +
+                                                       std::to_string(room) + " waited for pages"),
+                      0, false, w.started_ns, w.started_ns});
+  });
 }
 
 namespace {
@@ -380,7 +381,7 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
     return refusal(self, room, started,
                    make_error(lserr::duplicate_room,
                               "room " + std::to_string(room) + busy_note(open->second)));
-  if (st.waiting_rooms.count(room) > 0)
+  if (st.page_wait.contains(room))
     return refusal(self, room, started,
                    make_error(lserr::duplicate_room,
                               "room " + std::to_string(room) + " is waiting for pages"));
@@ -410,11 +411,10 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
   auto serial = st.next_serial++;
   LS_DEBUG("receiver: room {} waits for {} pages ({} free, {} rooms ahead)", room, need,
            st.pages->free_pages(), st.page_wait.size());
-  st.page_wait.push_back(receiver_state::page_waiter{msg, serial, need, started,
-                                                     self->make_response_promise<room_result>()});
-  st.waiting_rooms.emplace(room, std::prev(st.page_wait.end()));
+  auto reply = self->make_response_promise<room_result>();
+  st.page_wait.push_back(room, receiver_state::page_waiter{msg, serial, need, started, reply});
   self->delayed_send(self, st.cfg.room_timeout, room_deadline{room, serial});
-  return st.page_wait.back().reply;
+  return reply;
 }
 
 /// Starts waiting rooms, head first, while their pages are free; refuses a
@@ -430,18 +430,14 @@ void admit_page_waiters(self_ptr self) {
     if (!refused)
       refused = never_fits(st, head.msg.room, head.pages);
     if (refused) {
-      auto w = std::move(head);
-      st.waiting_rooms.erase(w.msg.room);
-      st.page_wait.pop_front();
+      auto w = st.page_wait.pop_front();
       w.reply.deliver(refusal(self, w.msg.room, w.started_ns, std::move(refused)));
       continue;
     }
     auto pages = st.pages->allocate(head.pages);
     if (!pages)
       break;
-    auto w = std::move(head);
-    st.waiting_rooms.erase(w.msg.room);
-    st.page_wait.pop_front();
+    auto w = st.page_wait.pop_front();
     LS_DEBUG("receiver: room {} got its {} pages after {} ms", w.msg.room, w.pages,
              (now_ns(self) - w.started_ns) / 1'000'000);
     start_room(self, w.msg, std::move(*pages), std::move(w.reply), w.started_ns);
@@ -453,12 +449,10 @@ void admit_page_waiters(self_ptr self) {
 /// rooms behind it may fit now.
 bool page_wait_deadline(self_ptr self, const room_deadline& msg) {
   auto& st = self->state;
-  auto i = st.waiting_rooms.find(msg.room);
-  if (i == st.waiting_rooms.end() || i->second->serial != msg.serial)
+  const auto* waiting = st.page_wait.find(msg.room);
+  if (waiting == nullptr || waiting->serial != msg.serial)
     return false;
-  auto waiter = std::move(*i->second);
-  st.page_wait.erase(i->second);
-  st.waiting_rooms.erase(i);
+  auto waiter = std::move(*st.page_wait.take(msg.room));
   auto err = make_error(lserr::timeout, "room " + std::to_string(waiter.msg.room) + " waited " +
                                             ms_of(st.cfg.room_timeout) + " for " +
                                             std::to_string(waiter.pages) + " decode pages (" +
@@ -555,11 +549,10 @@ receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode
         auto& st = self->state;
         auto i = st.rooms.find(msg.room);
         if (i == st.rooms.end()) {
-          if (auto w = st.waiting_rooms.find(msg.room); w != st.waiting_rooms.end())
+          if (const auto* w = st.page_wait.find(msg.room))
             return room_status{msg.room, room_state::waiting,
-                               "waiting for " + std::to_string(w->second->pages) +
-                                   " decode pages (" +
-                                   std::to_string(std::distance(st.page_wait.begin(), w->second)) +
+                               "waiting for " + std::to_string(w->pages) + " decode pages (" +
+                                   std::to_string(st.page_wait.position(msg.room).value_or(0)) +
                                    " rooms ahead)"};
           return make_error(lserr::unknown_room,
                             "room " + std::to_string(msg.room) + " is not open");
@@ -577,15 +570,12 @@ receiver_impl(receiver_self_actor::stateful_pointer<receiver_state> self, decode
         if (i == st.rooms.end()) {
           // Closing a room that waits for pages withdraws it: its opener
           // hears lserr::cancelled, and nothing of it was sent.
-          if (auto w = st.waiting_rooms.find(msg.room); w != st.waiting_rooms.end()) {
-            auto waiter = std::move(*w->second);
-            st.page_wait.erase(w->second);
-            st.waiting_rooms.erase(w);
-            waiter.reply.deliver(room_result{
+          if (auto waiter = st.page_wait.take(msg.room)) {
+            waiter->reply.deliver(room_result{
                 msg.room,
                 make_error(lserr::cancelled, "room " + std::to_string(msg.room) +
                                                  " was closed while it waited for pages"),
-                0, false, waiter.started_ns, now_ns(self)});
+                0, false, waiter->started_ns, now_ns(self)});
             admit_page_waiters(self); // the rooms behind it may fit now
             return caf::ok_atom::value;
           }

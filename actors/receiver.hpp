@@ -76,7 +76,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -84,6 +83,7 @@
 
 #include "actors/scheduler_protocol.hpp"
 #include "common/deadlines.hpp"
+#include "common/keyed_fifo.hpp"
 #include "config/config.hpp"
 #include "messages/messages.hpp"
 #include "model/kv_pool.hpp"
@@ -192,9 +192,8 @@ struct receiver_state {
   std::vector<caf::error> lost;
   receiver_config cfg;
   std::unordered_map<room_id, room_entry> rooms;
-  /// Rooms waiting for pages, in arrival order, and where each is in it.
-  std::list<page_waiter> page_wait;
-  std::unordered_map<room_id, std::list<page_waiter>::iterator> waiting_rooms;
+  /// Rooms waiting for pages, in arrival order.
+  keyed_fifo<room_id, page_waiter> page_wait;
   /// Guards admit_page_waiters against re-entry.
   bool admitting = false;
   uint64_t next_serial = 0;

@@ -56,7 +56,7 @@ kv_pointers pointers_of(const scheduler_state& st, const prefill_room& rs) {
 
 void admit_page_waiters(self_ptr self);
 void connect_room(self_ptr self, room_id room);
-void arm_page_wait_deadline(self_ptr self, room_id room, const prefill_room& rs);
+void arm_page_wait_deadline(self_ptr self, room_id room, const prefill_room& rs, uint64_t seq);
 
 /// Rooms that may wait for src pages at once; more are refused (each holds
 /// its transfer_info and decode's answer meanwhile).
@@ -92,11 +92,7 @@ void settle_room(self_ptr self, room_id room, caf::error status) {
     ++st.stats.rooms_complete;
   }
   const bool may_still_read = is(status, lserr::writes_in_flight);
-  if (rs.waiting_for_pages) {
-    auto w = std::find(st.page_wait.begin(), st.page_wait.end(), room);
-    if (w != st.page_wait.end())
-      st.page_wait.erase(w);
-  }
+  st.page_wait.take(room);
   rs.promise.deliver(kv_ready{room, st.cfg.cp_rank, std::move(status), rs.bytes});
   auto& od = st.overdue;
   if (may_still_read) {
@@ -643,26 +639,25 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   rs.arrived = std::chrono::steady_clock::now();
   rs.promise = rp;
   rs.info = std::move(info);
-  rs.waiting_for_pages = true;
   st.rooms.emplace(room, std::move(rs));
-  st.page_wait.push_back(room);
+  const auto seq = ++st.next_wait_seq;
+  st.page_wait.push_back(room, seq);
   admit_page_waiters(self);
   auto i = st.rooms.find(room);
-  if (i == st.rooms.end() || !i->second.waiting_for_pages)
+  if (i == st.rooms.end() || !st.page_wait.contains(room))
     return; // it took its pages
   ++st.stats.rooms_waited_for_pages;
   LS_INFO("rank {}: room {} waits for {} src pages ({} free, {} rooms wait)", st.cfg.cp_rank, room,
           owned->size(), st.pages->free_pages(), st.page_wait.size());
-  i->second.wait_seq = ++st.next_wait_seq;
-  arm_page_wait_deadline(self, room, i->second);
+  arm_page_wait_deadline(self, room, i->second, seq);
 }
 
 /// Wakes the scheduler at the room's start-by time, tagged with this wait's
 /// sequence number: a timer of an earlier room with the same id is ignored.
-void arm_page_wait_deadline(self_ptr self, room_id room, const prefill_room& rs) {
+void arm_page_wait_deadline(self_ptr self, room_id room, const prefill_room& rs, uint64_t seq) {
   const auto wait = start_by(self->state, rs) - std::chrono::steady_clock::now();
   self->delayed_send(self, std::max(wait, std::chrono::steady_clock::duration{0}),
-                     page_wait_deadline_atom::value, room, rs.wait_seq);
+                     page_wait_deadline_atom::value, room, seq);
 }
 
 /// Gives the waiting rooms, in arrival order, the pages they need while the
@@ -678,7 +673,7 @@ void admit_page_waiters(self_ptr self) {
   while (!st.page_wait.empty()) {
     // Every room in the wait is a waiting room of st.rooms: settle_room takes
     // a room out of the wait, and an admitted one is popped below.
-    const auto room = st.page_wait.front();
+    const auto room = st.page_wait.front_key();
     auto& rs = st.rooms.at(room);
     auto refused = st.device_lost ? st.device_lost
                    : st.overdue   ? st.overdue->reason
@@ -696,7 +691,6 @@ void admit_page_waiters(self_ptr self) {
     for (uint64_t k = 0; k < pages->size(); ++k)
       rs.src_pages[rs.owned.begin + k] = (*pages)[k];
     rs.owned_pages = std::move(*pages);
-    rs.waiting_for_pages = false;
     connect_room(self, room);
   }
   st.admitting = false;
@@ -726,11 +720,12 @@ void connect_room(self_ptr self, room_id room) {
 void on_page_wait_deadline(self_ptr self, room_id room, uint64_t seq) {
   auto& st = self->state;
   auto i = st.rooms.find(room);
-  if (i == st.rooms.end() || !i->second.waiting_for_pages || i->second.wait_seq != seq)
+  const auto* waiting = st.page_wait.find(room);
+  if (i == st.rooms.end() || waiting == nullptr || *waiting != seq)
     return; // it took its pages, or settled (and its id may be another room's now)
   auto why = expired(st, i->second, std::chrono::steady_clock::now(), "prefill pages");
   if (!why) // the timer came early: wait for the rest
-    return arm_page_wait_deadline(self, room, i->second);
+    return arm_page_wait_deadline(self, room, i->second, seq);
   LS_WARN("rank {}: room {}: {} src pages never came free ({} free)", st.cfg.cp_rank, room,
           i->second.owned.size(), st.pages->free_pages());
   settle_room(self, room, std::move(why));

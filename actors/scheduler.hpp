@@ -64,6 +64,7 @@
 #include "actors/manager.hpp"
 #include "actors/notifier.hpp"
 #include "actors/scheduler_protocol.hpp"
+#include "common/keyed_fifo.hpp"
 #include "config/config.hpp"
 #include "model/forward.hpp"
 #include "model/prefill_device.hpp"
@@ -116,10 +117,6 @@ struct prefill_room {
   uint64_t bytes = 0;
   /// Set while a chunk is in a batch (forward or transfer).
   bool busy = false;
-  /// In scheduler_state::page_wait: it holds no pages yet.
-  bool waiting_for_pages = false;
-  /// Which wait it is (its deadline timer carries it).
-  uint64_t wait_seq = 0;
   /// When its transfer_info arrived: decode fails the room timeouts.room
   /// after it sent it.
   std::chrono::steady_clock::time_point arrived;
@@ -161,8 +158,10 @@ struct scheduler_state {
   /// Rooms that arrived to too few free src pages, in arrival order: each
   /// takes its pages once the rooms ahead of it have theirs, or fails when
   /// it could no longer start in time (`expired`). A room arriving while any
-  /// wait is queued behind them, so that a large room is not starved.
-  std::deque<room_id> page_wait;
+  /// wait is queued behind them, so that a large room is not starved. Each
+  /// holds its wait's sequence number, which its deadline timer carries (a
+  /// room in the wait holds no pages yet).
+  keyed_fifo<room_id, uint64_t> page_wait;
   uint64_t next_wait_seq = 0;
   /// Set while admit_page_waiters runs (a room it settles calls it again).
   bool admitting = false;
