@@ -76,6 +76,26 @@ class FabricEngine : public ::testing::TestWithParam<std::string> {
     return r ? *r : fabric::job_result{id, make_error(lserr::timeout, "test wait"), 0};
   }
 
+  // Targets A (`len` bytes at dst_) and B (open_second_target) for the
+  // tests where job 3's writes (to A) fail without context as `kind` says:
+  // src_ holds 2 x `len` random bytes (seeded), writes are 16 KiB, at most
+  // `max_in_flight` at once. Returns early if the provider is skipped.
+  void open_targets_failing_job_3(uint64_t len, uint64_t seed, fabric::job_fault kind,
+                                  size_t max_in_flight) {
+    auto& src = sized(src_, 2 * len);
+    auto& dst = sized(dst_, len);
+    std::mt19937_64 rng{seed};
+    test::fill_random(src, rng);
+    auto faults = std::make_shared<fabric::job_faults>(std::set<uint64_t>{3}, kind);
+    fabric::fabric_config init_cfg;
+    init_cfg.max_write_size = 16 << 10;
+    init_cfg.max_in_flight = max_in_flight;
+    ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, 10s, faults));
+    if (IsSkipped())
+      return;
+    ASSERT_NO_FATAL_FAILURE(open_second_target(2, test::addr_of(src)));
+  }
+
   // A second target, B, over dst_b_ (64 KiB), known to the initiator as
   // peer_b_ at region_b_; job `warm_id` (4 KiB from `src_addr`) brings its
   // connection up. For the tests where one peer fails or stalls and the
@@ -680,20 +700,13 @@ TEST_P(FabricEngine, WritesThatFailWithoutContextFailOnlyTheirPeersJobsAndGiveTh
   // Injected here on every provider: all writes of job 3 (to A) fail that
   // way while job 4 (to B) is in flight beside them. Only A's job and A
   // fail; B's job lands and B stays usable; every slot comes back.
-  constexpr uint64_t len = 256 << 10;
-  auto& src = sized(src_, 2 * len);
-  auto& dst = sized(dst_, len);
-  std::mt19937_64 rng{11};
-  test::fill_random(src, rng);
-  auto faults = std::make_shared<fabric::job_faults>(std::set<uint64_t>{3},
-                                                     fabric::job_fault::without_context);
-  fabric::fabric_config init_cfg;
-  init_cfg.max_write_size = 16 << 10; // 16 writes per job
-  init_cfg.max_in_flight = 8;         // fewer slots than one job's writes
-  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, 10s, faults));
+  constexpr uint64_t len = 256 << 10; // 16 writes per job, 8 slots: fewer than one job's writes
+  ASSERT_NO_FATAL_FAILURE(
+      open_targets_failing_job_3(len, 11, fabric::job_fault::without_context, 8));
   if (IsSkipped())
     return;
-  ASSERT_NO_FATAL_FAILURE(open_second_target(2, test::addr_of(src)));
+  const auto& src = src_;
+  const auto& dst = dst_;
   ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), len}}));
   ASSERT_FALSE(
       initiator_->submit(4, peer_b_, {{test::addr_of(src, len), region_b_.base, 64 << 10}}));
@@ -733,20 +746,13 @@ TEST_P(FabricEngine, MoreFailuresWithoutContextThanWritesPostedFailTheirJobsAndK
   // to them, so every job with writes in flight (job 3) fails, saying its
   // writes may still land, and its slot stays taken. The engine goes on
   // with the slots it has left: B's job, larger than them, still lands.
-  constexpr uint64_t len = 64 << 10;
-  auto& src = sized(src_, 2 * len);
-  auto& dst = sized(dst_, len);
-  std::mt19937_64 rng{13};
-  test::fill_random(src, rng);
-  auto faults = std::make_shared<fabric::job_faults>(std::set<uint64_t>{3},
-                                                     fabric::job_fault::without_context_twice);
-  fabric::fabric_config init_cfg;
-  init_cfg.max_write_size = 16 << 10; // B's job: 4 writes
-  init_cfg.max_in_flight = 2;
-  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), init_cfg, 10s, faults));
+  constexpr uint64_t len = 64 << 10; // B's job: 4 writes, 2 slots
+  ASSERT_NO_FATAL_FAILURE(
+      open_targets_failing_job_3(len, 13, fabric::job_fault::without_context_twice, 2));
   if (IsSkipped())
     return;
-  ASSERT_NO_FATAL_FAILURE(open_second_target(2, test::addr_of(src)));
+  const auto& src = src_;
+  const auto& dst = dst_;
   // Job 3 alone in flight: its two errors meet one posted write.
   ASSERT_FALSE(initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), 4096}}));
   auto to_a = done_.wait(3, result_wait);
