@@ -412,7 +412,9 @@ caf::result<room_result> on_open(self_ptr self, const open_room& msg) {
   LS_DEBUG("receiver: room {} waits for {} pages ({} free, {} rooms ahead)", room, need,
            st.pages->free_pages(), st.page_wait.size());
   auto reply = self->make_response_promise<room_result>();
-  st.page_wait.push_back(room, receiver_state::page_waiter{msg, serial, need, started, reply});
+  // Not in the wait already: on_open refused a room id that waits.
+  [[maybe_unused]] const bool queued =
+      st.page_wait.push_back(room, receiver_state::page_waiter{msg, serial, need, started, reply});
   self->delayed_send(self, st.cfg.room_timeout, room_deadline{room, serial});
   return reply;
 }
@@ -425,16 +427,17 @@ void admit_page_waiters(self_ptr self) {
     return;
   st.admitting = true;
   while (!st.page_wait.empty()) {
-    auto& head = st.page_wait.front();
+    const auto room = st.page_wait.front_key();
+    const auto need = st.page_wait.front().pages;
     caf::error refused = lost_rank(st);
     if (!refused)
-      refused = never_fits(st, head.msg.room, head.pages);
+      refused = never_fits(st, room, need);
     if (refused) {
       auto w = st.page_wait.pop_front();
       w.reply.deliver(refusal(self, w.msg.room, w.started_ns, std::move(refused)));
       continue;
     }
-    auto pages = st.pages->allocate(head.pages);
+    auto pages = st.pages->allocate(need);
     if (!pages)
       break;
     auto w = st.page_wait.pop_front();
@@ -452,7 +455,8 @@ bool page_wait_deadline(self_ptr self, const room_deadline& msg) {
   const auto* waiting = st.page_wait.find(msg.room);
   if (waiting == nullptr || waiting->serial != msg.serial)
     return false;
-  auto waiter = std::move(*st.page_wait.take(msg.room));
+  auto taken = st.page_wait.take(msg.room);
+  auto& waiter = *taken; // found just above
   auto err = make_error(lserr::timeout, "room " + std::to_string(waiter.msg.room) + " waited " +
                                             ms_of(st.cfg.room_timeout) + " for " +
                                             std::to_string(waiter.pages) + " decode pages (" +

@@ -463,7 +463,7 @@ bool drop_refused_rooms(self_ptr self, uint64_t batch_id, forward_batch& fb,
   auto& st = self->state;
   auto b = st.batches.find(batch_id);
   if (b == st.batches.end())
-    return false;
+    return true; // cannot happen before its setup is answered: run the forward as before
   auto& bs = b->second;
   std::vector<room_refusal> dropped;
   for (const auto& r : answer.refused) {
@@ -586,12 +586,17 @@ void try_start_batch(self_ptr self) {
             // contexts up after all: finish them (no forward runs, so they
             // send nothing more and wind down), and decode must keep their
             // pages meanwhile. A bulk room has no context, and nothing of its
-            // chunk was sent: it fails with a plain timeout.
+            // chunk was sent: it fails with a plain timeout. (A finish to a
+            // room the late answer would have refused reaches the context of
+            // the earlier request with that id, which has settled already:
+            // it only ends that context sooner.) Any other error is the
+            // manager gone, and its linked contexts with it, before the
+            // forward: nothing was sent.
             const bool unanswered = err == caf::sec::request_timeout;
             for (auto room : rooms) {
               auto r = s.rooms.find(room);
               const bool per_layer = r != s.rooms.end() && r->second.per_layer;
-              auto code = lserr::bad_input;
+              auto code = lserr::peer_lost;
               if (unanswered)
                 code = per_layer ? lserr::writes_in_flight : lserr::timeout;
               if (unanswered && per_layer)
@@ -641,7 +646,8 @@ void on_transfer_info(self_ptr self, transfer_info& info,
   rs.info = std::move(info);
   st.rooms.emplace(room, std::move(rs));
   const auto seq = ++st.next_wait_seq;
-  st.page_wait.push_back(room, seq);
+  // Not in the wait already: a room id this rank holds was refused above.
+  [[maybe_unused]] const bool queued = st.page_wait.push_back(room, seq);
   admit_page_waiters(self);
   auto i = st.rooms.find(room);
   if (i == st.rooms.end() || !st.page_wait.contains(room))

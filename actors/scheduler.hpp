@@ -16,7 +16,9 @@
 //                               time: it fails
 //   stats_query -> scheduler_stats
 //
-// Per batch: setup (manager) -> forward (the device's forward thread; the notifier
+// Per batch: setup (manager; a room it refuses, e.g. an id whose earlier
+// context is still active there, fails alone and leaves the batch) -> forward
+// (the device's forward thread; the notifier
 // sends layer_end after each layer) -> batch_done -> finish for each
 // per-layer room (manager), or the bulk send of all layers for the others
 // (the classic transfer after the forward) -> kv_ready after the last chunk.

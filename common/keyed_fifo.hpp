@@ -26,17 +26,17 @@ class keyed_fifo {
   // original, a move keeps them valid.
   keyed_fifo(const keyed_fifo&) = delete;
   keyed_fifo& operator=(const keyed_fifo&) = delete;
-  keyed_fifo(keyed_fifo&&) = default;
-  keyed_fifo& operator=(keyed_fifo&&) = default;
+  keyed_fifo(keyed_fifo&&) noexcept = default;
+  keyed_fifo& operator=(keyed_fifo&&) noexcept = default;
   ~keyed_fifo() = default;
 
   [[nodiscard]] bool empty() const { return order_.empty(); }
   [[nodiscard]] size_t size() const { return order_.size(); }
   [[nodiscard]] bool contains(const Key& key) const { return where_.count(key) > 0; }
 
-  /// Appends `value` under `key`; false (and nothing added) if `key` is in
-  /// already.
-  bool push_back(const Key& key, Value value) {
+  /// Appends `value` under `key`; false (and `value` dropped) if `key` is
+  /// in already.
+  [[nodiscard]] bool push_back(const Key& key, Value value) {
     if (contains(key))
       return false;
     order_.emplace_back(key, std::move(value));

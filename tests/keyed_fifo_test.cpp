@@ -45,7 +45,7 @@ TEST(KeyedFifo, AKeyThatIsInAlreadyIsRefusedAndTheFirstEntryKept) {
 TEST(KeyedFifo, AnEntryTakenFromTheMiddleLeavesTheOthersInOrder) {
   keyed_fifo<int, std::string> q;
   for (int k = 1; k <= 5; ++k)
-    q.push_back(k, std::to_string(k));
+    ASSERT_TRUE(q.push_back(k, std::to_string(k)));
   EXPECT_EQ(q.position(4), 3u);
   auto taken = q.take(3);
   ASSERT_TRUE(taken.has_value());
@@ -63,13 +63,21 @@ TEST(KeyedFifo, AnEntryTakenFromTheMiddleLeavesTheOthersInOrder) {
 
 TEST(KeyedFifo, AMovedQueueKeepsFindingItsEntries) {
   keyed_fifo<int, std::string> q;
-  q.push_back(1, "a");
-  q.push_back(2, "b");
+  ASSERT_TRUE(q.push_back(1, "a"));
+  ASSERT_TRUE(q.push_back(2, "b"));
   keyed_fifo<int, std::string> moved{std::move(q)};
   ASSERT_NE(moved.find(2), nullptr);
   EXPECT_EQ(*moved.find(2), "b");
   EXPECT_EQ(moved.take(1), "a");
   EXPECT_EQ(moved.front_key(), 2);
+  // Move-assigned over a queue with entries of its own.
+  keyed_fifo<int, std::string> other;
+  ASSERT_TRUE(other.push_back(9, "z"));
+  other = std::move(moved);
+  EXPECT_FALSE(other.contains(9));
+  ASSERT_NE(other.find(2), nullptr);
+  EXPECT_EQ(other.take(2), "b");
+  EXPECT_TRUE(other.empty());
 }
 
 } // namespace

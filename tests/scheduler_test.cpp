@@ -413,6 +413,25 @@ TEST_F(SchedulerWithStandIns, ARoomTheManagerRefusesFailsAloneAndTheRestOfItsBat
   EXPECT_EQ(s.forward_ns.size(), 1u); // one forward, for the two it kept
 }
 
+TEST_F(SchedulerWithStandIns, ARefusedRoomLeavesABatchWithABulkRoomWhichIsStillSent) {
+  // Room 5 (8 tokens) goes per layer and is refused; room 6 (4 tokens) goes
+  // by the bulk path after the same forward, which runs for it alone.
+  script_->answer_finish = true;
+  script_->refuse_setup = {5};
+  transport_delay_ = 20ms; // the stand-in transport answers bulk submits
+  per_layer_min_tokens_ = 8;
+  ASSERT_TRUE(start(true));
+  caf::anon_send(scheduler_, hold_forward{2, 1, caf::timespan{10s}});
+  auto answers = ask_all({{5, 8}, {6, 4}});
+  EXPECT_TRUE(is(answers[0].status, lserr::duplicate_room)) << describe(answers[0].status);
+  EXPECT_FALSE(answers[1].status) << describe(answers[1].status);
+  EXPECT_GT(answers[1].bytes, 0u);
+  EXPECT_FALSE(script_->got_finish(5));
+  auto s = stats();
+  EXPECT_EQ(s.forward_ns.size(), 1u);
+  EXPECT_EQ(s.pages_free, s.pages_total); // the refused room's pages came back too
+}
+
 TEST_F(SchedulerWithStandIns, ABatchWhoseRoomsAreAllRefusedRunsNoForwardAndTheNextOneDoes) {
   script_->answer_finish = true;
   script_->refuse_setup = {5, 6};

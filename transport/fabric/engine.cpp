@@ -398,7 +398,7 @@ int engine::read_cq() {
           continue;
         }
         if (auto lost =
-                faults_ && role_ == role::initiator ? faults_->errors_without_context(j->id) : 0u;
+                (faults_ && role_ == role::initiator) ? faults_->errors_without_context(j->id) : 0u;
             lost > 0) {
           for (unsigned k = 0; k < lost; ++k) {
             stats_.injected_errors.fetch_add(1, std::memory_order_relaxed);
