@@ -68,8 +68,11 @@ struct held_answers {
 struct manager_script {
   bool answer_setup = true;
   /// Rooms an answered setup refuses (duplicate_room), as the real manager
-  /// refuses an id whose earlier context is still active.
+  /// refuses an id whose earlier context is still active; only from the
+  /// setup numbered `refuse_from_setup` on (counting from 0).
   std::vector<room_id> refuse_setup;
+  size_t refuse_from_setup = 0;
+  std::atomic<size_t> setups{0};
   std::atomic<bool> answer_finish{false}; // a test may turn it on midway
   /// An answered finish says the room was delivered when the finish came,
   /// and goes out this much later.
@@ -100,6 +103,8 @@ stand_in_manager_actor::behavior_type stand_in_manager(stand_in_manager_actor::p
         if (!script->answer_setup)
           return self->make_response_promise<setup_result>();
         setup_result res;
+        if (script->setups++ < script->refuse_from_setup)
+          return res;
         for (const auto& req : msg.batch)
           if (std::count(script->refuse_setup.begin(), script->refuse_setup.end(), req.room) > 0)
             res.refused.push_back(
@@ -197,6 +202,7 @@ class SchedulerWithStandIns : public ::testing::Test {
     cfg.model = tiny_model();
     cfg.transfer.per_layer = per_layer;
     cfg.transfer.per_layer_min_tokens = per_layer_min_tokens_;
+    cfg.transfer.chunk_tokens = chunk_tokens_;
     cfg.timeouts.room = 1s;   // setup wait 1 s, finish wait 3 s
     cfg.timeouts.submit = 1s; // bulk submit wait 2 s
     cfg.pool_pages = 16;
@@ -315,6 +321,8 @@ class SchedulerWithStandIns : public ::testing::Test {
   size_t stats_batches_max_ = scheduler_config{}.stats_batches_max;
   /// transfer.per_layer_min_tokens: shorter rooms go by the bulk path.
   uint64_t per_layer_min_tokens_ = 0;
+  /// transfer.chunk_tokens (0: a room is one chunk).
+  uint64_t chunk_tokens_ = 0;
   transfer_info info_;
   std::vector<std::shared_ptr<layerstream::testing::forward_gate>> gates_;
   manager_actor manager_;
@@ -430,6 +438,27 @@ TEST_F(SchedulerWithStandIns, ARefusedRoomLeavesABatchWithABulkRoomWhichIsStillS
   auto s = stats();
   EXPECT_EQ(s.forward_ns.size(), 1u);
   EXPECT_EQ(s.pages_free, s.pages_total); // the refused room's pages came back too
+}
+
+TEST_F(SchedulerWithStandIns, ARoomRefusedAtItsSecondChunkFailsAndGetsNoFinishForIt) {
+  // Room 5 (8 tokens) in two chunks of one page: the first chunk's setup
+  // is taken and finished, the second's refused. The room fails with the
+  // manager's reason; only the first chunk was finished.
+  script_->answer_finish = true;
+  script_->refuse_setup = {5};
+  script_->refuse_from_setup = 1;
+  chunk_tokens_ = 4;
+  ASSERT_TRUE(start(true));
+  auto ready = ask_again(5);
+  EXPECT_TRUE(is(ready.status, lserr::duplicate_room)) << describe(ready.status);
+  EXPECT_EQ(script_->setups.load(), 2u);
+  {
+    std::lock_guard<std::mutex> guard{script_->mutex};
+    EXPECT_EQ(std::count(script_->finished.begin(), script_->finished.end(), room_id{5}), 1);
+  }
+  auto s = stats();
+  EXPECT_EQ(s.forward_ns.size(), 1u); // the second chunk's forward never ran
+  EXPECT_EQ(s.pages_free, s.pages_total);
 }
 
 TEST_F(SchedulerWithStandIns, ABatchWhoseRoomsAreAllRefusedRunsNoForwardAndTheNextOneDoes) {
