@@ -2,12 +2,15 @@
 // by key. Rooms waiting for pages use it (the prefill scheduler's src pages,
 // the decode receiver's dst pages): they take pages in arrival order, head
 // first, and any one of them may leave early in O(1) (its deadline, a close,
-// a failure), which a plain deque would make a linear search each time.
+// a failure), which a plain deque would make a linear search each time. The
+// control-plane gate keeps its challenges and sessions in it: oldest dropped
+// first, and a used challenge or a replaced session taken out at once.
 //
 // Not thread-safe: each actor owns its own.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <iterator>
 #include <list>
 #include <optional>
@@ -16,7 +19,7 @@
 
 namespace layerstream {
 
-template <class Key, class Value>
+template <class Key, class Value, class Hash = std::hash<Key>>
 class keyed_fifo {
   using entries = std::list<std::pair<Key, Value>>;
 
@@ -92,7 +95,7 @@ class keyed_fifo {
 
  private:
   entries order_;
-  std::unordered_map<Key, typename entries::iterator> where_;
+  std::unordered_map<Key, typename entries::iterator, Hash> where_;
 };
 
 } // namespace layerstream

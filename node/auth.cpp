@@ -1,6 +1,6 @@
 #include "node/auth.hpp"
 
-#include <algorithm>
+#include <optional>
 #include <set>
 
 #include <openssl/crypto.h>
@@ -172,14 +172,15 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
     auto& st = self->state;
     if (!from_this_process(self, em, "gate", st.cfg.name))
       return;
-    for (auto it = st.sessions.begin(); it != st.sessions.end(); ++it) {
-      if (it->second.address() != em.source)
-        continue;
-      st.session_order.erase(
-          std::find(st.session_order.begin(), st.session_order.end(), it->first));
+    std::optional<caf::node_id> ended; // linear, but at most max_sessions
+    st.sessions.for_each([&](const caf::node_id& node, const scheduler_actor& session) {
+      if (session.address() == em.source)
+        ended = node;
+    });
+    if (ended) {
+      st.sessions.take(*ended);
       LS_INFO("control plane {}: dropped the ended session of node {}; {} open", st.cfg.name,
-              to_string(it->first), st.sessions.size() - 1);
-      st.sessions.erase(it);
+              to_string(*ended), st.sessions.size());
       return;
     }
     if (em.reason)
@@ -209,34 +210,30 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
           return refuse(node, "hello with a " + std::to_string(hello.client_nonce.size()) +
                                   "-byte nonce, expected " + std::to_string(auth_nonce_bytes));
         auto& st = self->state;
-        // Expired or surplus challenges go first (bounded memory against a flood).
+        // Expired or surplus challenges go first (bounded memory against a
+        // flood): at most max_pending stay, this one included.
         auto now = caf::make_timestamp();
-        while (!st.challenge_order.empty()) {
-          auto it = st.challenges.find(st.challenge_order.front());
-          if (it != st.challenges.end() && it->second.deadline > now &&
-              st.challenges.size() < st.cfg.max_pending)
-            break;
-          if (it != st.challenges.end())
-            st.challenges.erase(it);
-          st.challenge_order.pop_front();
-        }
+        while (!st.challenges.empty() && (st.challenges.front().deadline <= now ||
+                                          st.challenges.size() >= st.cfg.max_pending))
+          st.challenges.pop_front();
         auto server_nonce = auth_nonce();
         auth_challenge ch{server_nonce,
                           auth_mac(st.cfg.token, server_role, hello.client_nonce, server_nonce),
                           st.cfg.rank};
-        st.challenges.emplace(server_nonce, gate_state::pending{std::move(hello.client_nonce), node,
-                                                                now + st.cfg.challenge_ttl});
-        st.challenge_order.push_back(std::move(server_nonce));
+        // A fresh 32-byte random nonce is never in already.
+        [[maybe_unused]] bool kept = st.challenges.push_back(
+            server_nonce,
+            gate_state::pending{std::move(hello.client_nonce), node, now + st.cfg.challenge_ttl});
         return ch;
       },
       [=](auth_proof& proof) -> caf::result<scheduler_actor> {
         auto node = sender_node();
         auto& st = self->state;
-        auto it = st.challenges.find(proof.server_nonce);
-        if (it == st.challenges.end())
+        // One proof per challenge, right or wrong.
+        auto taken = st.challenges.take(proof.server_nonce);
+        if (!taken)
           return refuse(node, "proof for an unknown, expired or already used challenge");
-        auto pending = std::move(it->second);
-        st.challenges.erase(it); // one proof per challenge, right or wrong
+        auto pending = std::move(*taken);
         if (pending.node != node)
           return refuse(node, "proof from another node than the hello's");
         if (pending.deadline <= caf::make_timestamp())
@@ -249,23 +246,19 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
           return refuse(node, "wrong token (the proof does not match the cluster token)");
         // A new handshake from the same node gets a new session with the
         // new key; the old one closes.
-        if (auto s = st.sessions.find(node); s != st.sessions.end()) {
-          self->send_exit(s->second, caf::exit_reason::user_shutdown);
-          st.sessions.erase(s);
-          st.session_order.erase(std::find(st.session_order.begin(), st.session_order.end(), node));
-        }
-        if (st.sessions.size() >= st.cfg.max_sessions) {
-          auto oldest = st.session_order.front();
-          st.session_order.pop_front();
-          self->send_exit(st.sessions[oldest], caf::exit_reason::user_shutdown);
-          st.sessions.erase(oldest);
+        if (auto old = st.sessions.take(node))
+          self->send_exit(*old, caf::exit_reason::user_shutdown);
+        while (!st.sessions.empty() && st.sessions.size() >= st.cfg.max_sessions) {
+          LS_WARN("control plane {}: {} sessions open, the most allowed: closing the oldest, of "
+                  "node {}",
+                  st.cfg.name, st.sessions.size(), to_string(st.sessions.front_key()));
+          self->send_exit(st.sessions.pop_front(), caf::exit_reason::user_shutdown);
         }
         auto session = self->spawn<caf::linked>(
             session_impl, st.cfg.scheduler, node,
             session_key_of(st.cfg.token, pending.client_nonce, proof.server_nonce),
             st.cfg.session_timeout, st.cfg.name);
-        st.sessions.emplace(node, session);
-        st.session_order.push_back(node);
+        [[maybe_unused]] bool kept = st.sessions.push_back(node, session); // node's taken out above
         LS_INFO("control plane {}: peer {} authenticated", st.cfg.name, to_string(node));
         return session;
       },

@@ -24,8 +24,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <map>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +36,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/scheduler_protocol.hpp"
+#include "common/keyed_fifo.hpp"
 
 namespace layerstream {
 
@@ -82,11 +82,19 @@ struct gate_state {
     caf::node_id node;
     caf::timestamp deadline;
   };
+  /// A nonce's bytes, hashed (the gate makes every stored nonce: random).
+  struct nonce_hash {
+    size_t operator()(const std::vector<uint8_t>& nonce) const noexcept {
+      return std::hash<std::string_view>{}(
+          std::string_view{reinterpret_cast<const char*>(nonce.data()), nonce.size()});
+    }
+  };
   gate_config cfg;
-  std::map<std::vector<uint8_t>, pending> challenges;
-  std::deque<std::vector<uint8_t>> challenge_order;
-  std::map<caf::node_id, scheduler_actor> sessions;
-  std::deque<caf::node_id> session_order;
+  /// Challenges not answered yet, by server nonce, oldest first: a proof
+  /// takes its own out, a hello drops the expired and surplus ones.
+  keyed_fifo<std::vector<uint8_t>, pending, nonce_hash> challenges;
+  /// Open sessions, by node, oldest first (the first closed when full).
+  keyed_fifo<caf::node_id, scheduler_actor> sessions;
 };
 
 /// Sessions are linked to the gate: exiting the gate closes them. A session
