@@ -411,8 +411,12 @@ void on_batch_done(self_ptr self, const batch_done& msg) {
     return;
   }
   auto b = st.batches.find(msg.batch);
-  if (b == st.batches.end())
+  if (b == st.batches.end()) {
+    // No path forgets a batch before its forward ends today; if one did,
+    // the rooms queued behind this forward must still get theirs.
+    try_start_batch(self);
     return;
+  }
   b->second.forward_end_ns = msg.end_ns;
   auto rooms = b->second.rooms;
   auto chunks = b->second.chunks;
