@@ -37,8 +37,9 @@ struct gate_fixture : actor_fixture {
   }
 
   ~gate_fixture() override {
-    anon_send_exit(gate, caf::exit_reason::user_shutdown);
-    anon_send_exit(scheduler, caf::exit_reason::user_shutdown);
+    // From an actor of this process: the gate ignores anonymous exits.
+    self->send_exit(gate, caf::exit_reason::user_shutdown);
+    self->send_exit(scheduler, caf::exit_reason::user_shutdown);
     run();
   }
 
