@@ -615,6 +615,9 @@ int run_decode(const std::string& config_path, const std::optional<std::string>&
   }
   system_config scfg{*cfg, true};
   caf::actor_system sys{scfg};
+  // Sends our proofs; each rank's session ends when it is gone (this
+  // process exits or stops it), also before any room (node/auth.hpp).
+  auth_presence presence{sys};
   std::vector<scheduler_actor> schedulers;
   std::vector<std::vector<uint8_t>> session_keys; // one per rank, as schedulers
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
@@ -630,7 +633,8 @@ int run_decode(const std::string& config_path, const std::optional<std::string>&
                             std::max<caf::timespan>(left, std::chrono::milliseconds(100)));
       if (h) {
         // Both sides prove the cluster token before any fabric address or key moves.
-        auto session = authenticate(sys, *h, cfg->cluster.token, cfg->timeouts.connection);
+        auto session =
+            authenticate(sys, presence, *h, cfg->cluster.token, cfg->timeouts.connection);
         if (!session) {
           LS_ERROR("decode: prefill rank at {}: {}", endpoint, describe(session.error()));
           std::cerr << "layerstream decode: prefill rank at " << endpoint << ": "
@@ -664,6 +668,7 @@ int run_decode(const std::string& config_path, const std::optional<std::string>&
   }
   auto rep = run_workload(sys, (*node)->receiver, *cfg, cfg->workload.first_room);
   (*node)->stop();
+  presence.stop();
   sys.await_all_actors_done();
   // Closed first: a failed room's late write must not land while we hash.
   (*node)->target->close();

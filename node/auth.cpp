@@ -8,6 +8,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "common/log.hpp"
@@ -21,11 +22,6 @@ constexpr std::string_view server_role = "prefill";
 constexpr std::string_view client_role = "decode";
 constexpr std::string_view session_role = "session";
 
-/// Forwards transfer_info from the one node that authenticated, carrying
-/// the session's key. It watches the decode actors that sent it one (the
-/// receiver): when the last of them is gone (it exited, or its node's
-/// connection dropped), the session ends, and the gate drops it. It also
-/// watches the scheduler and ends when that is down.
 /// True if the exit `self` is handling was sent by another actor of this
 /// process (a linked actor that ended, or run_prefill's stop). An exit sent
 /// anonymously (CAF then names the receiver itself as its source) or from
@@ -49,8 +45,15 @@ struct session_state {
   std::set<caf::actor_addr> senders;
 };
 
+/// Forwards transfer_info from the one node that authenticated, carrying
+/// the session's key. It watches the decode actors that sent the proof (the
+/// decode's auth_presence) or a transfer_info (the receiver): when the last
+/// of them is gone (it exited, or its node's connection dropped), the
+/// session ends, and the gate drops it. It also watches the scheduler and
+/// ends when that is down.
 scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<session_state> self,
                                             const scheduler_actor& scheduler,
+                                            const caf::strong_actor_ptr& presence,
                                             const caf::node_id& peer,
                                             const std::vector<uint8_t>& key, caf::timespan timeout,
                                             const std::string& gate_name) {
@@ -58,6 +61,11 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
   // ends the session too: decode then sees this rank down and opens no room
   // on it, instead of sending it rooms that can only fail and hold pages.
   self->monitor(scheduler);
+  // The decode gone before its first room ends the session too: nothing
+  // else would, and a stale session would take a live one's place in the
+  // gate's table (the oldest is closed when it is full).
+  self->state.senders.insert(caf::actor_cast<caf::actor_addr>(presence));
+  self->monitor(presence);
   // Closed only by its gate (or a link from this process): see from_this_process.
   self->set_exit_handler([=](caf::exit_msg& em) {
     if (from_this_process(self, em, "session of node " + to_string(peer), gate_name) && em.reason)
@@ -74,8 +82,8 @@ scheduler_actor::behavior_type session_impl(scheduler_actor::stateful_pointer<se
     self->state.senders.erase(dm.source);
     if (!self->state.senders.empty())
       return;
-    LS_INFO("control plane {}: session of node {} closed: its decode receiver is gone ({})",
-            gate_name, to_string(peer), dm.reason ? describe(dm.reason) : std::string{"exited"});
+    LS_INFO("control plane {}: session of node {} closed: its decode is gone ({})", gate_name,
+            to_string(peer), dm.reason ? describe(dm.reason) : std::string{"exited"});
     self->quit();
   });
   return {
@@ -244,6 +252,10 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
             auth_mac(st.cfg.token, client_role, pending.client_nonce, proof.server_nonce);
         if (!auth_equal(proof.client_proof, expected))
           return refuse(node, "wrong token (the proof does not match the cluster token)");
+        // The session watches the proof's sender (auth_presence).
+        auto presence = self->current_sender();
+        if (!presence)
+          return refuse(node, "proof from no actor");
         // A new handshake from the same node gets a new session with the
         // new key; the old one closes.
         if (auto old = st.sessions.take(node))
@@ -255,7 +267,7 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
           self->send_exit(st.sessions.pop_front(), caf::exit_reason::user_shutdown);
         }
         auto session = self->spawn<caf::linked>(
-            session_impl, st.cfg.scheduler, node,
+            session_impl, st.cfg.scheduler, presence, node,
             session_key_of(st.cfg.token, pending.client_nonce, proof.server_nonce),
             st.cfg.session_timeout, st.cfg.name);
         [[maybe_unused]] bool kept = st.sessions.push_back(node, session); // node's taken out above
@@ -265,8 +277,55 @@ gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> sel
   };
 }
 
-caf::expected<auth_session> authenticate(caf::actor_system& sys, const gate_actor& gate,
-                                         const std::string& token, caf::timespan timeout) {
+namespace {
+
+/// auth_presence's actor: sends each proof it is given, so that the gate
+/// sees it as the proof's sender, and hands the answer back. Every gate
+/// learns its address, even one that did not prove the token: it takes
+/// requests and exits from this process only (but exit_reason::kill, which
+/// CAF applies before any handler), and drops anything else.
+caf::behavior presence_impl(caf::event_based_actor* self, int /*unused*/) {
+  self->set_default_handler(caf::drop);
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    if (from_this_process(self, em, "decode's auth presence", "decode") && em.reason)
+      self->quit(std::move(em.reason));
+  });
+  return {
+      [self](auth_proof& proof, gate_actor& gate,
+             caf::timespan timeout) -> caf::result<scheduler_actor> {
+        const auto& sender = self->current_sender();
+        if (!sender || sender->node() != self->node())
+          return make_error(lserr::unauthorized, "auth presence: a request from another node");
+        auto rp = self->make_response_promise<scheduler_actor>();
+        self->request(gate, timeout, std::move(proof))
+            .then([rp](scheduler_actor& session) mutable { rp.deliver(std::move(session)); },
+                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+  };
+}
+
+} // namespace
+
+// (It takes an argument: CAF 0.17 spawns a function without arguments
+// through a null pointer, which UBSan reports.)
+auth_presence::auth_presence(caf::actor_system& sys)
+    : sys_(sys), handle_(sys.spawn(presence_impl, 0)) {}
+
+void auth_presence::stop() {
+  if (!handle_)
+    return;
+  // From an actor of this process: the presence ignores anonymous exits.
+  caf::scoped_actor stopper{sys_};
+  stopper->send_exit(handle_, caf::exit_reason::user_shutdown);
+  handle_ = nullptr;
+}
+
+caf::expected<auth_session> authenticate(caf::actor_system& sys, const auth_presence& presence,
+                                         const gate_actor& gate, const std::string& token,
+                                         caf::timespan timeout) {
+  if (!presence.handle())
+    return make_error(lserr::cancelled, "authenticate: the decode's auth_presence is stopped");
   caf::scoped_actor self{sys};
   auto client_nonce = auth_nonce();
   caf::error err;
@@ -282,9 +341,12 @@ caf::expected<auth_session> authenticate(caf::actor_system& sys, const gate_acto
       ch.server_nonce.size() == auth_nonce_bytes &&
       auth_equal(ch.server_proof, auth_mac(token, server_role, client_nonce, ch.server_nonce));
   scheduler_actor session;
+  // The presence's own request to the gate ends within `timeout`; this one
+  // waits a little longer, so that its error is the one we see.
   self->request(
-          gate, timeout,
-          auth_proof{ch.server_nonce, auth_mac(token, client_role, client_nonce, ch.server_nonce)})
+          presence.handle(), timeout + std::chrono::seconds(1),
+          auth_proof{ch.server_nonce, auth_mac(token, client_role, client_nonce, ch.server_nonce)},
+          gate, timeout)
       .receive([&](scheduler_actor& s) { session = std::move(s); },
                [&](caf::error& e) { err = e; });
   if (!gate_proven)

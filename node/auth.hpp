@@ -98,10 +98,10 @@ struct gate_state {
 };
 
 /// Sessions are linked to the gate: exiting the gate closes them. A session
-/// monitors the decode actors that sent it a transfer_info and ends once the
-/// last of them is down (exited, or its node's connection lost), or once the
-/// rank's scheduler is down (with lserr::peer_lost); the gate then drops it
-/// from its table and goes on.
+/// monitors the decode actors that sent it the proof (auth_presence) or a
+/// transfer_info and ends once the last of them is down (exited, or its
+/// node's connection lost), or once the rank's scheduler is down (with
+/// lserr::peer_lost); the gate then drops it from its table and goes on.
 gate_actor::behavior_type gate_impl(gate_actor::stateful_pointer<gate_state> self, gate_config cfg);
 
 /// The session's key: HMAC-SHA256(token, "layerstream-auth-v1 session" +
@@ -127,12 +127,36 @@ struct auth_session {
 /// holds the room's pages until it restarts.
 caf::error check_rank_facts(const rank_facts& got, const rank_facts& want);
 
+/// Decode side: the actor that sends this process's proofs. Each session it
+/// gets watches it, besides the receivers that send transfer_info: when it
+/// is gone (the decode exited, its connection dropped, or stop()), the
+/// session ends, also one that never carried a room (a decode that failed
+/// between its handshake and its first room). stop() it before the actor
+/// system waits for its actors; the destructor does.
+class auth_presence {
+ public:
+  explicit auth_presence(caf::actor_system& sys);
+  ~auth_presence() { stop(); }
+  auth_presence(const auth_presence&) = delete;
+  auth_presence& operator=(const auth_presence&) = delete;
+  auth_presence(auth_presence&&) = delete;
+  auth_presence& operator=(auth_presence&&) = delete;
+
+  [[nodiscard]] const caf::actor& handle() const { return handle_; }
+  void stop();
+
+ private:
+  caf::actor_system& sys_;
+  caf::actor handle_;
+};
+
 /// Decode side: runs the handshake with `gate` (each step bounded by
-/// `timeout`) and returns the session to send transfer_info to. Fails with
-/// lserr::unauthorized when the gate refuses us or cannot prove the token
-/// itself (then nothing about this node's fabric has been sent), or with the
-/// request's error (timeout, peer gone).
-caf::expected<auth_session> authenticate(caf::actor_system& sys, const gate_actor& gate,
-                                         const std::string& token, caf::timespan timeout);
+/// `timeout`), the proof sent by `presence`, and returns the session to send
+/// transfer_info to. Fails with lserr::unauthorized when the gate refuses us
+/// or cannot prove the token itself (then nothing about this node's fabric
+/// has been sent), or with the request's error (timeout, peer gone).
+caf::expected<auth_session> authenticate(caf::actor_system& sys, const auth_presence& presence,
+                                         const gate_actor& gate, const std::string& token,
+                                         caf::timespan timeout);
 
 } // namespace layerstream

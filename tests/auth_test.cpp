@@ -41,6 +41,8 @@ struct AuthTest : ::testing::Test {
   scheduler_actor scheduler = sys.spawn(fake_scheduler, uint32_t{7});
   gate_actor gate;
   caf::scoped_actor self{sys};
+  /// Decode's sender of proofs; every session here watches it.
+  auth_presence presence{sys};
 
   AuthTest() { gate = spawn_gate(scheduler, "rank 0"); }
   ~AuthTest() override {
@@ -111,7 +113,7 @@ TEST(AuthMac, DependsOnTokenRoleAndBothNonces) {
 }
 
 TEST_F(AuthTest, TheRightTokenGetsASessionThatReachesTheScheduler) {
-  auto session = authenticate(sys, gate, token, timeout);
+  auto session = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   EXPECT_EQ(session->key.size(), 32u);
   auto got = forward(self, session->session, 42, session->key);
@@ -124,7 +126,7 @@ TEST_F(AuthTest, TheRightTokenGetsASessionThatReachesTheScheduler) {
 // What a forged BASP routed message amounts to: the right session, from the
 // authenticated node (the node is what a forger can claim), without the key.
 TEST_F(AuthTest, ASessionRefusesTransferInfoWithoutItsKeyEvenFromItsOwnNode) {
-  auto session = authenticate(sys, gate, token, timeout);
+  auto session = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   auto wrong = session->key;
   wrong[0] ^= 1;
@@ -136,8 +138,8 @@ TEST_F(AuthTest, ASessionRefusesTransferInfoWithoutItsKeyEvenFromItsOwnNode) {
 }
 
 TEST_F(AuthTest, ANewHandshakeFromTheSameNodeReplacesTheSessionAndItsKey) {
-  auto first = authenticate(sys, gate, token, timeout);
-  auto second = authenticate(sys, gate, token, timeout);
+  auto first = authenticate(sys, presence, gate, token, timeout);
+  auto second = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(first && second);
   EXPECT_NE(first->key, second->key) << "fresh nonces give a fresh key";
   auto old_key = forward(self, second->session, 44, first->key);
@@ -151,12 +153,12 @@ TEST_F(AuthTest, ANewHandshakeFromTheSameNodeReplacesTheSessionAndItsKey) {
 TEST_F(AuthTest, TheGateOutlivesTheSessionsItCloses) {
   // A replaced or evicted session exits; the gate, linked to it, must not
   // take that exit as its own: other decode nodes' sessions hang on it.
-  auto first = authenticate(sys, gate, token, timeout);
+  auto first = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(first) << describe(first.error());
-  auto second = authenticate(sys, gate, token, timeout); // closes the first
+  auto second = authenticate(sys, presence, gate, token, timeout); // closes the first
   ASSERT_TRUE(second) << describe(second.error());
   ASSERT_TRUE(ends(first->session)) << "the replaced session never exited";
-  auto third = authenticate(sys, gate, token, timeout);
+  auto third = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(third) << "the gate died with the session it closed: " << describe(third.error());
   auto got = forward(self, third->session, 46, third->key);
   ASSERT_TRUE(got) << describe(got.error());
@@ -164,7 +166,7 @@ TEST_F(AuthTest, TheGateOutlivesTheSessionsItCloses) {
 }
 
 TEST_F(AuthTest, DecodeLearnsTheRanksPlaceAndTimeoutsAndRefusesOnesThatDoNotFit) {
-  auto session = authenticate(sys, gate, token, timeout);
+  auto session = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   EXPECT_EQ(session->rank, (rank_facts{1, 2, 60000, 10000}));
   EXPECT_FALSE(check_rank_facts(session->rank, rank_facts{1, 2, 60000, 10000}));
@@ -187,15 +189,19 @@ TEST_F(AuthTest, AnExitFromNoActorStopsNeitherTheGateNorASession) {
   // What a peer on the published port can send before it authenticates:
   // an exit with no sender (anon_send_exit through BASP). Only an actor of
   // this process stops the gate (run_prefill's shutdown, this fixture's).
-  auto first = authenticate(sys, gate, token, timeout);
+  auto first = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(first) << describe(first.error());
   caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(first->session, caf::exit_reason::user_shutdown);
   auto got = forward(self, first->session, 47, first->key);
   ASSERT_TRUE(got) << "the session took the exit: " << describe(got.error());
   EXPECT_EQ(got->room, 47u);
-  auto second = authenticate(sys, gate, token, timeout);
+  auto second = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(second) << "the gate took the exit: " << describe(second.error());
+  // Decode's presence, which every gate learns, refuses it too.
+  caf::anon_send_exit(presence.handle(), caf::exit_reason::user_shutdown);
+  auto third = authenticate(sys, presence, gate, token, timeout);
+  ASSERT_TRUE(third) << "the presence took the exit: " << describe(third.error());
   // The control: an exit from an actor of this process closes the gate,
   // and with it the sessions linked to it.
   self->monitor(gate);
@@ -207,8 +213,9 @@ TEST_F(AuthTest, AnExitFromNoActorStopsNeitherTheGateNorASession) {
   EXPECT_TRUE(ends(second->session));
 }
 
-TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
-  auto session = authenticate(sys, gate, token, timeout);
+TEST_F(AuthTest, ASessionEndsWhenItsDecodeIsGoneAndTheGateGoesOn) {
+  auth_presence decode{sys}; // this decode's own, not the fixture's
+  auto session = authenticate(sys, decode, gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   {
     // Stands in for decode's receiver; its node's connection dropping
@@ -218,15 +225,37 @@ TEST_F(AuthTest, ASessionEndsWhenItsDecodeReceiverIsGoneAndTheGateGoesOn) {
     ASSERT_TRUE(got) << describe(got.error());
     EXPECT_EQ(got->room, 47u);
   }
-  EXPECT_TRUE(ends(session->session)) << "the session outlived the only decode actor that used it";
-  auto again = authenticate(sys, gate, token, timeout);
+  {
+    // The receiver is gone, the decode is not (it may open its next
+    // receiver): the session stays.
+    caf::scoped_actor probe{sys};
+    auto got = forward(probe, session->session, 48, session->key);
+    ASSERT_TRUE(got) << "the session ended while its decode was there: " << describe(got.error());
+  }
+  decode.stop();
+  EXPECT_TRUE(ends(session->session)) << "the session outlived its decode";
+  auto again = authenticate(sys, presence, gate, token, timeout);
   ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
+}
+
+TEST_F(AuthTest, ASessionThatNeverCarriedARoomEndsWhenItsDecodeIsGone) {
+  // A decode that fails between its handshake and its first room (another
+  // rank unreachable, a rank that is not the one it lists): nothing but
+  // its presence tells the session it is gone.
+  auth_presence decode{sys};
+  auto session = authenticate(sys, decode, gate, token, timeout);
+  ASSERT_TRUE(session) << describe(session.error());
+  decode.stop();
+  EXPECT_TRUE(ends(session->session)) << "a session that never carried a room outlived its decode";
+  auto after = authenticate(sys, decode, gate, token, timeout);
+  ASSERT_FALSE(after) << "a stopped presence authenticated";
+  EXPECT_TRUE(is(after.error(), lserr::cancelled)) << describe(after.error());
 }
 
 TEST_F(AuthTest, ASessionEndsWhenItsSchedulerIsDownAndSaysNothingWasWritten) {
   auto doomed = sys.spawn(fake_scheduler, uint32_t{5});
   auto doomed_gate = spawn_gate(doomed, "rank 5");
-  auto session = authenticate(sys, doomed_gate, token, timeout);
+  auto session = authenticate(sys, presence, doomed_gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   auto got = forward(self, session->session, 49, session->key);
   ASSERT_TRUE(got) << describe(got.error());
@@ -249,7 +278,7 @@ TEST_F(AuthTest, ASessionEndsWhenItsSchedulerIsDownAndSaysNothingWasWritten) {
   // The gate goes on. A room sent to a rank whose scheduler is gone is
   // refused as never delivered, not as writes that may still land: decode
   // need not hold its pages.
-  auto again = authenticate(sys, doomed_gate, token, timeout);
+  auto again = authenticate(sys, presence, doomed_gate, token, timeout);
   ASSERT_TRUE(again) << "the gate died with the session: " << describe(again.error());
   // It ends at once (its scheduler is gone); a request sent while it was
   // still ending could be dropped unanswered, so send once it has ended.
@@ -263,7 +292,7 @@ TEST_F(AuthTest, ASessionEndsWhenItsSchedulerIsDownAndSaysNothingWasWritten) {
 TEST_F(AuthTest, ASessionWhoseSchedulerDoesNotAnswerSaysItsWritesMayStillLand) {
   auto silent = sys.spawn(silent_scheduler, uint32_t{3});
   auto slow_gate = spawn_gate(silent, "rank 3", std::chrono::milliseconds(200));
-  auto session = authenticate(sys, slow_gate, token, timeout);
+  auto session = authenticate(sys, presence, slow_gate, token, timeout);
   ASSERT_TRUE(session) << describe(session.error());
   auto got = forward(self, session->session, 48, session->key);
   ASSERT_FALSE(got) << "the silent scheduler answered room " << got->room;
@@ -275,7 +304,7 @@ TEST_F(AuthTest, ASessionWhoseSchedulerDoesNotAnswerSaysItsWritesMayStillLand) {
 }
 
 TEST_F(AuthTest, AWrongTokenIsRefusedOnBothSides) {
-  auto session = authenticate(sys, gate, "not-the-cluster-token", timeout);
+  auto session = authenticate(sys, presence, gate, "not-the-cluster-token", timeout);
   ASSERT_FALSE(session);
   EXPECT_TRUE(is(session.error(), lserr::unauthorized)) << describe(session.error());
   auto text = describe(session.error());
