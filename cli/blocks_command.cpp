@@ -75,12 +75,22 @@ std::string reason(const caf::error& e) {
   return is(e, lserr::overflow) ? describe(e) : message_of(e);
 }
 
-json blocks_of(const json& in, std::ostream& err, const std::string& where) {
+/// The known keys, for the message refusing another one.
+std::string known_key_list() {
+  std::string out;
+  for (const auto& key : known_keys)
+    out += (out.empty() ? "" : ", ") + key;
+  return out;
+}
+
+json blocks_of(const json& in) {
   if (!in.is_object())
     throw input_error{"expected a JSON object"};
+  // A misspelled optional key (chunk_start, total_pages) would otherwise
+  // leave its default in place and give other blocks without an error.
   for (auto& [key, value] : in.items())
     if (known_keys.count(key) == 0)
-      err << "layerstream blocks: " << where << "warning: unknown key '" << key << "' ignored\n";
+      throw input_error{shown(json(key)) + ": unknown key (the keys are " + known_key_list() + ")"};
   auto src_pages = get_u64_list(in, "src_pages");
   auto dst_pages = get_u64_list(in, "dst_pages");
   kv_pointers ptrs{get_u64_list(in, "src_k_ptrs"), get_u64_list(in, "dst_k_ptrs"),
@@ -140,14 +150,14 @@ int run_blocks(const std::string& input_path, std::ostream& out, std::ostream& e
   }
   try {
     if (!in.is_array()) {
-      out << blocks_of(in, err, "").dump() << "\n";
+      out << blocks_of(in).dump() << "\n";
       return 0;
     }
     json results = json::array();
     for (size_t i = 0; i < in.size(); ++i) {
       auto where = "[" + std::to_string(i) + "]: ";
       try {
-        results.push_back(blocks_of(in[i], err, where));
+        results.push_back(blocks_of(in[i]));
       } catch (const input_error& e) {
         throw input_error{where + e.what};
       }

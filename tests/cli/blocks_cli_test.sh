@@ -36,6 +36,8 @@ check_refused "chunk past total" "${good/\"cp_rank\":0/\"cp_rank\":0,\"chunk_sta
 check_refused "address overflow" "${good/\[50000\]/[18446744073709551600]}" "overflow"
 check_refused "array index named" "[$good,${good/\"layer\":0/\"layer\":7}]" "\[1\]: layer"
 check_refused "not JSON" "{" "not valid JSON"
+# total_pages misspelled: its default (the list length) would give other blocks.
+check_refused "unknown key" "${good/\"cp_rank\":0/\"cp_rank\":0,\"total_page\":8}" '"total_page": unknown key'
 deep=$(printf '[%.0s' $(seq 100000))1$(printf ']%.0s' $(seq 100000))
 check_refused "deeply nested value" "${good/\"layer\":0/\"layer\":$deep}" "layer: expected an unsigned 64-bit integer, got an array"
 check_refused "deeply nested page" "${good/\[1,2,3,9\]/[$deep]}" "src_pages\[0\]: expected an unsigned 64-bit integer, got an array"
