@@ -63,10 +63,6 @@ namespace {
 constexpr uint64_t requested_mr_mode =
     FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
 
-bool is_shm(const std::string& provider) {
-  return provider == "shm";
-}
-
 // fi_getinfo for one provider name; FI_MSG is added only if a provider
 // refuses RMA alone. Returns the whole list (the caller picks an entry).
 caf::expected<std::unique_ptr<fi_info, info_deleter>>
@@ -187,7 +183,7 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
   // until the job's deadline and then crashed inside fi_cq_read, every time
   // under TSan (never in the plain build, even loaded). shm's choice of
   // protocol is invisible from here, so shm carries one range per write.
-  if (self->provider_ == "shm")
+  if (is_shm(self->provider_))
     self->write_iov_limit_ = 1;
   if (cfg.max_write_iov != 0 && cfg.max_write_iov < self->write_iov_limit_)
     self->write_iov_limit_ = cfg.max_write_iov;
@@ -340,6 +336,10 @@ caf::error probe_cuda_registration(fabric_config cfg, void* ptr, uint64_t len, i
   if (!reg)
     return std::move(reg.error());
   return caf::error{};
+}
+
+bool is_shm(const std::string& provider) {
+  return provider == "shm";
 }
 
 } // namespace layerstream::fabric

@@ -180,6 +180,10 @@ class endpoint {
 /// A short description for logs: provider, mr_mode, depth, max message size.
 std::string summary(const endpoint& ep);
 
+/// The shared-memory provider: no node to bind, and a dead peer's writes
+/// fail with no op_context (TOOLCHAIN.md).
+bool is_shm(const std::string& provider);
+
 /// Whether `cfg`'s provider registers CUDA memory: opens an endpoint with
 /// FI_HMEM and registers [ptr, ptr + len) of CUDA device `device` as a write
 /// source, then closes both. Asking fi_getinfo is not enough: shm in

@@ -147,6 +147,7 @@ caf::expected<std::unique_ptr<engine>> engine::start(std::unique_ptr<endpoint> e
     return make_error(lserr::bad_input, "engine::start: no endpoint");
   std::unique_ptr<engine> self{new engine};
   self->provider_ = ep->provider();
+  self->context_less_errors_are_writes_ = is_shm(self->provider_);
   self->name_ = ep->name();
   self->max_msg_size_ = ep->max_msg_size();
   self->tx_depth_ = ep->tx_depth();
@@ -397,15 +398,20 @@ int engine::read_cq() {
           op_failed(*o, "injected CQ error completion (fault injection, per-op)", false);
           continue;
         }
-        if (auto lost =
-                (faults_ && role_ == role::initiator) ? faults_->errors_without_context(j->id) : 0u;
-            lost > 0) {
-          for (unsigned k = 0; k < lost; ++k) {
+        if (auto lost = (faults_ && role_ == role::initiator)
+                            ? faults_->errors_without_context(j->id)
+                            : fault_injector::context_less_errors{};
+            lost.count > 0) {
+          for (unsigned k = 0; k < lost.count; ++k) {
             stats_.injected_errors.fetch_add(1, std::memory_order_relaxed);
-            error_without_context("injected CQ error completion without its op_context "
-                                  "(fault injection, as shm reports a dead peer's writes)");
+            error_without_context(lost.completion_too
+                                      ? "injected CQ error completion without its op_context "
+                                        "(fault injection, as rxm reports an internal error)"
+                                      : "injected CQ error completion without its op_context "
+                                        "(fault injection, as shm reports a dead peer's writes)");
           }
-          continue;
+          if (!lost.completion_too)
+            continue;
         }
         j->in_flight -= 1;
         j->peer->in_flight -= 1;
@@ -455,8 +461,8 @@ int engine::read_cq() {
 
 // shm reports a failed write with a NULL op_context (TOOLCHAIN.md): which
 // write failed, hence which job and peer, is unknown. libfabric gives each
-// posted operation exactly one completion, and this CQ carries our writes
-// only, so each such entry is the completion of one posted write: the
+// posted operation exactly one completion, and on shm this CQ carries our
+// writes only, so each such entry is the completion of one posted write: the
 // writes of healthy peers go on completing normally, and once every posted
 // write has completed one way or the other, the writes still posted are
 // exactly the failed ones (reclaim_unattributed). Only their jobs and peers
@@ -464,7 +470,25 @@ int engine::read_cq() {
 // bounded by its deadline; writes to other peers that never pause keep it
 // waiting to that deadline (writes_in_flight), and its slots come back at
 // the first moment nothing else is in flight.
+//
+// That count holds for shm only. Elsewhere an error without context
+// cannot be matched to a write: rxm writes such errors for its own
+// internal failures (one to the TX and one to the RX CQ, both bound here,
+// when its core CQ read or its protocol state fails; one to the TX CQ when
+// a credit message fails). Counted as failed writes, two of them would
+// fail two healthy writes and free their slots while they are still
+// posted, and a slot reused then could credit the old write's completion
+// to a new job. So there every job with writes in flight fails at once
+// (any of its writes may be lost), and the slots stay with those writes
+// until their own completions come.
 void engine::error_without_context(const std::string& text) {
+  if (!context_less_errors_are_writes_) {
+    LS_ERROR("fabric: {} reported an error without context: {}; on this provider it is no "
+             "write's completion, so any of the {} writes in flight may be lost",
+             provider_, text, in_flight_);
+    fail_jobs_in_flight(text);
+    return;
+  }
   ++unattributed_errors_;
   unattributed_text_ = text;
   LS_ERROR("fabric: {} write failed, completion without context: {} ({} of {} writes in flight "
@@ -478,21 +502,11 @@ void engine::reclaim_unattributed() {
   if (unattributed_errors_ > in_flight_) {
     // More failures than writes posted: the one-completion-per-write rule
     // does not hold here, so no write can be matched and no slot is freed
-    // on this count. Every job with writes in flight fails; its writes may
-    // still land.
+    // on this count.
     LS_ERROR("fabric: {} reported {} failed writes without context, but only {} were in flight; "
              "failing every job with writes in flight",
              provider_, unattributed_errors_, in_flight_);
-    for (auto& j : active_)
-      if (!j->reported && j->in_flight > 0) {
-        fail_job(*j,
-                 make_error(lserr::writes_in_flight, "write to peer " +
-                                                         std::to_string(j->peer_idx) + " failed (" +
-                                                         provider_ + "): " + unattributed_text_),
-                 true);
-        j->reported = true;
-        reports_under_lock_.push_back(job_result{j->id, j->status, j->bytes_done});
-      }
+    fail_jobs_in_flight(unattributed_text_);
     unattributed_errors_ = 0;
     return;
   }
@@ -500,6 +514,25 @@ void engine::reclaim_unattributed() {
     if (o.owner != nullptr)
       op_failed(o, unattributed_text_, true);
   unattributed_errors_ = 0;
+}
+
+// Every job with writes in flight fails, and its peer with it; its writes
+// keep their slots and may still land (writes_in_flight). A completion that
+// comes for one of them later is counted for its job, which is already
+// answered, and gives the slot back. Called from read_cq only: under the
+// fabric lock, so the reports go out through reports_under_lock_.
+void engine::fail_jobs_in_flight(const std::string& text) {
+  for (auto& j : active_)
+    if (!j->reported && j->in_flight > 0) {
+      fail_job(*j,
+               make_error(lserr::writes_in_flight,
+                          std::to_string(j->in_flight) + " writes to peer " +
+                              std::to_string(j->peer_idx) + " in flight when " + provider_ +
+                              " reported an error without context: " + text),
+               true);
+      j->reported = true;
+      reports_under_lock_.push_back(job_result{j->id, j->status, j->bytes_done});
+    }
 }
 
 void engine::op_failed(op& o, const std::string& text, bool peer_level) {

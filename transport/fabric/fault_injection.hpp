@@ -3,13 +3,15 @@
 // completions (as if fi_cq_readerr had returned them), so tests and
 // `bench soak` exercise the engine's real error path on real writes.
 //
-// An injected error is a per-op failure: it fails the job (the room's
-// submit) that owns the write, with a reason naming the injection, and
-// leaves the peer healthy, exactly like a provider's per-op error (e.g.
-// EACCES for a bad key on `sockets`). The bytes of an injected write did
-// land; the job still fails, so decode never sees that room complete.
+// A per-op error (fail_completion) fails the job (the room's submit) that
+// owns the write, with a reason naming the injection, and leaves the peer
+// healthy, exactly like a provider's per-op error (e.g. EACCES for a bad
+// key on `sockets`). An error without op_context (errors_without_context)
+// fails the job and its peer, as the engine treats such errors. The bytes
+// of an injected write did land; the job still fails, so decode never sees
+// that room complete.
 //
-// Threading: fail_completion() is called on the engine's worker thread only.
+// Threading: both hooks are called on the engine's worker thread only.
 #pragma once
 
 #include <cstdint>
@@ -26,12 +28,18 @@ class fault_injector {
   /// into an error completion.
   virtual bool fail_completion(uint64_t job_id) = 0;
   /// The same completion, when fail_completion said no: how many error
-  /// completions WITHOUT an op_context it becomes (0: none), as shm reports
-  /// every write to a peer that died (TOOLCHAIN.md). The engine cannot tell
-  /// which write failed, and the write keeps its slot until the engine works
-  /// it out. More than one breaks libfabric's one completion per operation,
-  /// which the engine must survive too.
-  virtual unsigned errors_without_context(uint64_t /*job_id*/) { return 0; }
+  /// completions WITHOUT an op_context the engine reads in its place (as
+  /// shm reports every write to a peer that died, TOOLCHAIN.md), or, with
+  /// `completion_too`, just before it (as rxm reports an internal error,
+  /// once to the TX and once to the RX CQ, while the writes go on). The
+  /// engine cannot tell which write, if any, failed. More than one in place
+  /// of a completion breaks libfabric's one completion per operation, which
+  /// the engine must survive too.
+  struct context_less_errors {
+    unsigned count = 0;
+    bool completion_too = false;
+  };
+  virtual context_less_errors errors_without_context(uint64_t /*job_id*/) { return {}; }
 };
 
 /// What job_faults does to the completions of its chosen jobs.
@@ -43,6 +51,11 @@ enum class job_fault {
   /// Every completion is two errors without op_context: more failures
   /// than writes posted.
   without_context_twice,
+  /// The first completion comes after two errors without op_context that
+  /// are no write's (an rxm internal error, on its TX and its RX CQ); the
+  /// completion itself arrives. Off shm only: shm would count them as
+  /// failed writes.
+  without_context_beside,
 };
 
 /// Fails the completions of the chosen jobs, as `kind` says.
@@ -56,13 +69,15 @@ class job_faults final : public fault_injector {
     std::lock_guard<std::mutex> guard{mutex_};
     return jobs_.erase(job_id) > 0;
   }
-  unsigned errors_without_context(uint64_t job_id) override {
+  context_less_errors errors_without_context(uint64_t job_id) override {
     if (kind_ == job_fault::per_op_once)
-      return 0;
+      return {};
     std::lock_guard<std::mutex> guard{mutex_};
+    if (kind_ == job_fault::without_context_beside)
+      return jobs_.erase(job_id) > 0 ? context_less_errors{2, true} : context_less_errors{};
     if (jobs_.count(job_id) == 0)
-      return 0;
-    return kind_ == job_fault::without_context ? 1 : 2;
+      return {};
+    return {kind_ == job_fault::without_context ? 1u : 2u, false};
   }
 
  private:
