@@ -118,10 +118,22 @@ bool tls_ready(const deployment_config& cfg, const char* who) {
   };
   if (!ctx)
     return refuse("certificate", cfg.tls.certificate, "no TLS context");
+  // A passphrase-protected key: OpenSSL's default callback would ask for the
+  // passphrase on the terminal or stdin, and a service waits there for ever.
+  // There is no passphrase setting, so the key is refused instead.
+  bool asked_passphrase = false;
+  SSL_CTX_set_default_passwd_cb(ctx.get(), [](char*, int, int, void* asked) {
+    *static_cast<bool*>(asked) = true;
+    return 0; // no passphrase
+  });
+  SSL_CTX_set_default_passwd_cb_userdata(ctx.get(), &asked_passphrase);
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), cfg.tls.certificate.c_str()) != 1)
     return refuse("certificate", cfg.tls.certificate, "not a PEM certificate chain");
   if (SSL_CTX_use_PrivateKey_file(ctx.get(), cfg.tls.key.c_str(), SSL_FILETYPE_PEM) != 1)
-    return refuse("key", cfg.tls.key, "not an unencrypted PEM private key of tls.certificate");
+    return refuse("key", cfg.tls.key,
+                  asked_passphrase ? "is encrypted (passphrase-protected); layerstream takes an "
+                                     "unencrypted PEM private key only"
+                                   : "not an unencrypted PEM private key of tls.certificate");
   if (SSL_CTX_check_private_key(ctx.get()) != 1)
     return refuse("key", cfg.tls.key, "does not match tls.certificate");
   if (SSL_CTX_load_verify_locations(ctx.get(), cfg.tls.ca_file.c_str(), nullptr) != 1)

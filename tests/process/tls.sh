@@ -10,6 +10,8 @@
 #  - a decode that trusts only another CA refuses the prefill's certificate;
 #  - a decode with a certificate of the cluster's CA completes every room
 #    bit-exactly (the token handshake on top, as without TLS).
+# A prefill with a passphrase-protected key exits 2 at start too, without
+# asking for the passphrase.
 # Usage: tls.sh LAYERSTREAM HAVE_TLS (ON/OFF: the build found CAF's OpenSSL module)
 source "$(dirname "$0")/lib.sh" "$@"
 
@@ -53,6 +55,23 @@ log "prefill with a garbage certificate: exit $rc"
 [ "$rc" -eq 2 ] || fail "a prefill with a garbage certificate exited $rc, expected 2 at start"
 grep -q 'tls.certificate ".*garbage.pem": not a PEM certificate' "$TMP/garbage.log" ||
   fail "no clear reason for the garbage certificate: $(tail -n 2 "$TMP/garbage.log")"
+
+# A passphrase-protected key is refused at start, without asking for the
+# passphrase: stdin stays open here, so a prompt would wait for it until the
+# timeout.
+openssl pkey -in "$PKI/prefill.key" -aes256 -passout pass:not-for-layerstream \
+  -out "$PKI/prefill-encrypted.key" >"$PKI/encrypted.log" 2>&1 ||
+  die "openssl: encrypted key: $(tail -n 2 "$PKI/encrypted.log")"
+PREFILL_TLS="$PKI/prefill.pem $PKI/prefill-encrypted.key $PKI/ca.pem"
+write_prefill_config "$TMP/encrypted.toml" 0 "$(free_port)"
+t=$(now)
+timeout 10 "$BIN" prefill --config "$TMP/encrypted.toml" >"$TMP/encrypted.log" 2>&1 < <(sleep 12)
+rc=$?
+log "prefill with an encrypted key: exit $rc after $(since "$t") s"
+[ "$rc" -eq 2 ] || fail "a prefill with an encrypted key exited $rc, expected 2 at start"
+grep -q 'tls.key ".*prefill-encrypted.key": is encrypted' "$TMP/encrypted.log" ||
+  fail "no clear reason for the encrypted key: $(tail -n 2 "$TMP/encrypted.log")"
+grep -qi 'pass phrase' "$TMP/encrypted.log" && fail "the prefill asked for a passphrase"
 
 PREFILL_TLS="$PKI/prefill.pem $PKI/prefill.key $PKI/ca.pem"
 start_prefill 0 PF_PID PF_PORT
