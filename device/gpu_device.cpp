@@ -77,6 +77,16 @@ class gpu_forward final : public forward_thread {
                               cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(compute_))))
       if (!timing.status)
         timing.status = std::move(err);
+    const auto forward_end = std::chrono::steady_clock::now();
+    // Once finish() reports the batch, its bulk rooms and any layer never
+    // reported are sent whole: they read what the export copied, so its
+    // copies must have landed (the per-layer path waits on each layer's
+    // event instead). With hmem the notify stream is the compute stream.
+    if (auto err = CUDA_CHECK(
+            lserr::event_failed,
+            cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(export_.notify_stream()))))
+      if (!timing.status)
+        timing.status = std::move(err);
     if (timing.status) {
       // A sticky error (an illegal address, a kernel fault) poisons the
       // context: every later call fails alike, so no forward can run again.
@@ -87,7 +97,7 @@ class gpu_forward final : public forward_thread {
                                    describe(timing.status) + "; the CUDA context is broken (" +
                                        message_of(lost) + "): the rank must restart");
     }
-    timing.end = std::chrono::steady_clock::now();
+    timing.end = forward_end;
     tables.clear(); // the kernels that read them are done
     finish(batch.id, std::move(timing));
   }

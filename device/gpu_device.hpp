@@ -14,7 +14,9 @@
 // layer it synchronizes the compute stream once, so batch_done's end time
 // is when the device finished the forward and a sticky CUDA error becomes
 // the batch's status. The last layers' staging copies may still be running
-// then: that is the exposed tail, and their events report them.
+// then: that is the exposed tail, and their events report them. batch_done
+// itself goes out once the export's copies landed too: the bulk path, sent
+// at batch_done, reads them.
 //
 // No CUDA types here: node/device_select.cpp (g++) includes it.
 #pragma once

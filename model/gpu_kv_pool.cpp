@@ -22,6 +22,11 @@ caf::expected<gpu_page_table> gpu_page_table::create(std::vector<uint64_t> pages
   t.device_ = static_cast<uint64_t*>(mem);
   CUDA_RETURN_IF_ERROR(lserr::bad_input,
                        cudaMemcpy(mem, t.host_.data(), bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return once the bytes are staged,
+  // before the DMA reaches the device, and it runs on the default stream,
+  // which the forward's non-blocking streams do not wait for: wait here, so
+  // that the first kv_fill reads the whole table.
+  CUDA_RETURN_IF_ERROR(lserr::bad_input, cudaStreamSynchronize(nullptr));
   return t;
 }
 

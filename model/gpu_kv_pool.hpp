@@ -10,8 +10,8 @@
 // write_layer enqueues the simulated model's write of one layer (the kv_fill
 // kernel, model/kv_kernel.cu: kv_pattern's bytes) on a stream and returns at
 // once. The kernel reads the request's pages from a gpu_page_table, uploaded
-// once per request before its forward (that upload waits; the per-layer path
-// does not).
+// for each batch item before the batch's forward (create() returns once the
+// table is on the device; the per-layer path does not wait).
 //
 // Lifecycle: create() allocates and zeroes; the destructor frees (after the
 // caller synchronized the streams that use it). Threading: one forward thread
@@ -33,7 +33,8 @@ namespace layerstream {
 /// device array.
 class gpu_page_table {
  public:
-  /// Uploads `pages` (synchronous: call before the forward, not per layer).
+  /// Uploads `pages` and waits until they are on the device (call before
+  /// the forward, not per layer).
   static caf::expected<gpu_page_table> create(std::vector<uint64_t> pages);
   gpu_page_table() = default;
   ~gpu_page_table();
