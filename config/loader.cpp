@@ -664,6 +664,16 @@ void check_general(const deployment_config& c, const std::string& file) {
   check_duration(file, "timeouts.room_ms", c.timeouts.room);
   check_duration(file, "timeouts.heartbeat_ms", c.timeouts.heartbeat);
   check_duration(file, "timeouts.connection_ms", c.timeouts.connection);
+  // A forward longer than room_ms fails every room at its deadline, and a
+  // rank told to stop ends its forward only between compute slices.
+  const auto forward = m.layer_compute * m.layers; // both bounded: no overflow
+  if (forward > c.timeouts.room)
+    refuse(
+        file, "model.layer_compute_us",
+        "times model.layers (" + std::to_string(m.layers) + ") is a forward of " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(forward).count()) +
+            " ms, longer than timeouts.room_ms (" + std::to_string(c.timeouts.room.count()) +
+            "): every room would fail at its deadline");
   // caf-io drops a peer it has not heard from for connection_ms: with fewer
   // than two heartbeats in that window, one late heartbeat drops a live peer.
   if (c.timeouts.heartbeat * 2 > c.timeouts.connection)

@@ -2,6 +2,8 @@
 
 #include <sys/prctl.h>
 
+#include <algorithm>
+#include <string>
 #include <thread>
 
 #include "common/error.hpp"
@@ -29,15 +31,25 @@ caf::expected<compute_wait> parse_compute_wait(const std::string& text) {
 
 namespace {
 
-/// Returns at `until`: busy all the way, or asleep to `margin` before it.
-void pass_compute(std::chrono::steady_clock::time_point until, compute_wait wait,
-                  std::chrono::microseconds margin) {
+/// Returns at `until` (true): busy all the way, or asleep to `margin` before
+/// it. Returns early (false) once `stopped` says so: a sleep looks every
+/// 10 ms, a spin on every turn.
+template <class Stopped>
+bool pass_compute(std::chrono::steady_clock::time_point until, compute_wait wait,
+                  std::chrono::microseconds margin, Stopped stopped) {
   if (wait == compute_wait::sleep) {
     const auto wake = until - margin;
-    if (std::chrono::steady_clock::now() < wake)
-      std::this_thread::sleep_until(wake);
+    for (auto now = std::chrono::steady_clock::now(); now < wake;
+         now = std::chrono::steady_clock::now()) {
+      if (stopped())
+        return false;
+      std::this_thread::sleep_until(std::min(wake, now + std::chrono::milliseconds(10)));
+    }
   }
-  spin_until(until);
+  while (std::chrono::steady_clock::now() < until)
+    if (stopped())
+      return false;
+  return true;
 }
 
 } // namespace
@@ -64,7 +76,14 @@ void cpu_forward::execute(const forward_batch& batch) {
   timing.notify_ns.reserve(pool_.layers());
   for (uint32_t layer = 0; layer < pool_.layers(); ++layer) {
     auto t0 = steady_ns();
-    pass_compute(std::chrono::steady_clock::now() + layer_compute_, wait_, sleep_margin);
+    if (!pass_compute(std::chrono::steady_clock::now() + layer_compute_, wait_, sleep_margin,
+                      [this] { return stop_requested(); })) {
+      // No notify: the layer's contexts never see it; the batch fails.
+      timing.status =
+          make_error(lserr::cancelled, "forward stopped in layer " + std::to_string(layer) +
+                                           " of " + std::to_string(pool_.layers()));
+      break;
+    }
     for (auto& item : batch.items)
       pool_.write_layer(item.room, layer, item.pages, item.first_token, item.last_token,
                         item.prompt_tokens);

@@ -27,6 +27,7 @@ void forward_thread::run(forward_batch batch) {
 }
 
 void forward_thread::stop() {
+  stop_requested_.store(true, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> guard{mtx_};
     stopping_ = true;

@@ -11,6 +11,7 @@
 // Thread contract: forward_runner's (model/forward.hpp).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -52,6 +53,10 @@ class forward_thread : public forward_runner {
   /// Reports the batch as done.
   void finish(uint64_t batch_id, forward_timing timing);
 
+  /// stop() was called: a long batch ends early (checked between layers
+  /// and during a cpu layer's compute), so stop() does not wait it out.
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
+
  private:
   void loop();
 
@@ -61,6 +66,7 @@ class forward_thread : public forward_runner {
   std::condition_variable cv_;
   std::deque<forward_batch> queue_;
   bool stopping_ = false;
+  std::atomic<bool> stop_requested_{false};
   std::shared_ptr<trace_recorder> trace_;
   uint32_t trace_pid_ = 0;
   std::vector<uint32_t> skip_notify_;

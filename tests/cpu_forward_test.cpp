@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "model/prefill_device.hpp"
 
@@ -97,6 +99,72 @@ TEST(CpuForward, ASleepingForwardWritesEveryLayerAfterItsComputeAndLeavesItsCore
   const auto wall =
       std::chrono::duration_cast<std::chrono::microseconds>(run.timing.end - run.timing.start);
   EXPECT_LT(run.cpu, wall / 2) << "cpu " << run.cpu.count() << " us over " << wall.count() << " us";
+}
+
+namespace {
+
+/// A forward of 6 layers of 60 s each, passed by `wait`, stopped `after`
+/// its batch was queued: how long stop() took, and the batch's timing if
+/// it had started (a batch still queued at stop() is dropped unanswered).
+struct stopped_run {
+  std::chrono::steady_clock::duration stop_took{};
+  std::optional<forward_timing> timing;
+};
+
+stopped_run stop_long_forward(const std::string& wait, std::chrono::milliseconds after) {
+  model_config model;
+  model.layers = 6;
+  model.kv_heads = 2;
+  model.head_dim = 4;
+  model.page_size = 4;
+  model.compute_wait = wait;
+  stopped_run out;
+  auto dev = cpu_device::create(model, 8);
+  EXPECT_TRUE(dev) << describe(dev.error());
+  if (!dev)
+    return out;
+  std::promise<forward_timing> done;
+  auto fwd = (*dev)->make_forward(
+      60s, [](uint32_t) { ADD_FAILURE() << "a layer cut short was reported"; },
+      [&done](uint64_t, forward_timing t) { done.set_value(std::move(t)); });
+  EXPECT_TRUE(fwd) << describe(fwd.error());
+  if (!fwd)
+    return out;
+  (*fwd)->run(forward_batch{1, {forward_item{9, {3, 0, 5}, 0, 10, 10}}});
+  std::this_thread::sleep_for(after);
+  const auto t0 = std::chrono::steady_clock::now();
+  (*fwd)->stop();
+  out.stop_took = std::chrono::steady_clock::now() - t0;
+  auto got = done.get_future();
+  if (got.wait_for(0s) == std::future_status::ready)
+    out.timing = got.get();
+  return out;
+}
+
+} // namespace
+
+TEST(CpuForward, StopEndsABatchInTheMiddleOfALongLayer) {
+  // stop() runs in the scheduler's exit: it must not wait out a long
+  // compute (here 6 minutes). The batch ends with a reason, and the layer
+  // cut short is not reported.
+  for (const std::string wait : {"spin", "sleep"}) {
+    SCOPED_TRACE(wait);
+    stopped_run run;
+    // Stopped before the forward thread took the batch, it is dropped:
+    // wait longer until it was taken.
+    for (auto after : {50ms, 250ms, 1000ms, 3000ms}) {
+      run = stop_long_forward(wait, after);
+      EXPECT_LT(run.stop_took, 10s) << "stop() waited for the batch's compute";
+      if (run.timing)
+        break;
+    }
+    ASSERT_TRUE(run.timing) << "the forward thread never took the batch within 3 s";
+    EXPECT_TRUE(is(run.timing->status, lserr::cancelled)) << describe(run.timing->status);
+    EXPECT_NE(describe(run.timing->status).find("forward stopped in layer 0 of 6"),
+              std::string::npos)
+        << describe(run.timing->status);
+    EXPECT_TRUE(run.timing->layer_written.empty());
+  }
 }
 
 TEST(CpuForward, AnUnknownComputeWaitIsRefused) {

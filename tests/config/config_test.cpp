@@ -646,11 +646,24 @@ TEST(ConfigLoader, ADurationLongerThanADayIsRefused) {
   }
   expect_refused("[model]\nlayer_compute_us = 86400000001\n", "model.layer_compute_us",
                  "must be at most 86400000000 (1 day)");
-  auto cfg = parse_ok("[model]\nlayer_compute_us = 86400000000\n[timeouts]\nsubmit_ms = 86400000\n"
-                      "room_ms = 86400000\nheartbeat_ms = 43200000\nconnection_ms = 86400000\n");
+  auto cfg =
+      parse_ok("[model]\nlayers = 1\nlayer_compute_us = 86400000000\n[timeouts]\nsubmit_ms = "
+               "86400000\n"
+               "room_ms = 86400000\nheartbeat_ms = 43200000\nconnection_ms = 86400000\n");
   // The longest sum a node forms (the gate's session timeout) stays positive in ns.
   auto session = 2 * cfg.timeouts.room + cfg.timeouts.submit;
   EXPECT_GT(std::chrono::duration_cast<std::chrono::nanoseconds>(session).count(), 0);
+}
+
+TEST(ConfigLoader, AForwardLongerThanTheRoomDeadlineIsRefused) {
+  // 32 layers of 400 ms: a 12.8 s forward, every room failed at 10 s.
+  expect_refused("[model]\nlayers = 32\nlayer_compute_us = 400000\n[timeouts]\nroom_ms = 10000\n",
+                 "model.layer_compute_us",
+                 "times model.layers (32) is a forward of 12800 ms, longer than timeouts.room_ms "
+                 "(10000): every room would fail at its deadline");
+  auto cfg = parse_ok("[model]\nlayers = 32\nlayer_compute_us = 312500\n[timeouts]\nroom_ms = "
+                      "10000\n");
+  EXPECT_EQ(cfg.model.layer_compute * cfg.model.layers, std::chrono::milliseconds{10000});
 }
 
 TEST(ConfigLoader, AHeartbeatNotWellBelowTheConnectionTimeoutIsRefused) {
