@@ -51,6 +51,8 @@ std::string check_output_path(std::string& path) {
     return "the directory of \"" + path + "\" does not exist";
   if (::access(dir.c_str(), W_OK) != 0)
     return "the directory of \"" + path + "\" is not writable: " + std::strerror(errno);
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    return "\"" + path + "\" exists and is not writable: " + std::strerror(errno);
   return {};
 }
 

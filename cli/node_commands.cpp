@@ -288,10 +288,11 @@ int report(const workload_report& rep, const deployment_config& cfg, double tail
 }
 
 /// Prints a refused address (net_guard) and says whether it passed.
-bool address_ok(const caf::error& err, const char* command) {
+/// `key` names the setting the address came from.
+bool address_ok(const caf::error& err, const char* command, const std::string& key) {
   if (!err)
     return true;
-  std::cerr << "layerstream " << command << ": " << message_of(err) << "\n";
+  std::cerr << "layerstream " << command << ": " << key << ": " << message_of(err) << "\n";
   return false;
 }
 
@@ -346,7 +347,8 @@ int run_demo(const demo_options& opts) {
   if (!cfg)
     return 2;
   start_log(*cfg);
-  if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "demo"))
+  if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "demo",
+                  "fabric.bind_address"))
     return 2;
   if (cfg->tls.enabled())
     LS_WARN("demo: [tls] is set but unused: prefill and decode run in this one process and "
@@ -408,7 +410,8 @@ int run_soak(const soak_options& opts) {
   if (!cfg)
     return 2;
   start_log(*cfg);
-  if (!address_ok(check_local_address(cfg->fabric.bind_address), "bench soak"))
+  if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "bench soak",
+                  "fabric.bind_address"))
     return 2;
   system_config scfg{*cfg, false};
   caf::actor_system sys{scfg};
@@ -502,8 +505,9 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
     return 2;
   start_log(*cfg);
   // Where this process may bind, checked before any socket or endpoint opens.
-  if (!address_ok(check_bind(cfg->prefill.host, scope_of(*cfg)), "prefill") ||
-      !address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "prefill"))
+  if (!address_ok(check_bind(cfg->prefill.host, scope_of(*cfg)), "prefill", "prefill.host") ||
+      !address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "prefill",
+                  "fabric.bind_address"))
     return 2;
   // Block the signals we wait for before any thread starts, so that every
   // thread inherits the mask and sigwait below sees them.
@@ -611,7 +615,8 @@ int run_decode(const std::string& config_path, const std::optional<std::string>&
     return 2;
   start_log(*cfg);
   // Where this process may bind and connect, checked before any socket opens.
-  if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode"))
+  if (!address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "decode",
+                  "fabric.bind_address"))
     return 2;
   std::vector<endpoint_parts> ranks; // as decode.prefill (validate() checked the syntax too)
   for (auto& endpoint : cfg->decode.prefill) {
@@ -622,7 +627,8 @@ int run_decode(const std::string& config_path, const std::optional<std::string>&
       return 2;
     }
     ranks.push_back(std::get<endpoint_parts>(std::move(parts)));
-    if (!address_ok(check_connect(ranks.back().host, scope_of(*cfg)), "decode"))
+    if (!address_ok(check_connect(ranks.back().host, scope_of(*cfg)), "decode",
+                    "decode.prefill endpoint " + endpoint))
       return 2;
   }
   system_config scfg{*cfg, true};

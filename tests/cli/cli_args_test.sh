@@ -45,6 +45,18 @@ if [ "$rc" -ne 0 ]; then
 else
   echo "ok   a leading zero is decimal: --chunk-tokens 064 ran"
 fi
+# A report that exists but cannot be written (root writes any file).
+if [ "$(id -u)" -ne 0 ]; then
+  touch "$tmp/readonly.json" && chmod 444 "$tmp/readonly.json"
+  check_refused "a read-only report" "exists and is not writable" \
+    demo --rooms 1 --json "$tmp/readonly.json"
+else
+  echo "skip a read-only report: root writes any file"
+fi
+# An address refused names the setting it came from.
+sed 's/^bind_address = "127.0.0.1"/bind_address = "192.0.2.77"/' "$2" >"$tmp/bind.toml"
+check_refused "a bind address not of this host" \
+  "fabric.bind_address: refusing to bind to 192.0.2.77" demo --config "$tmp/bind.toml" --rooms 1
 check_refused "transport bench of no repetitions" "must be > 0" bench transport --repetitions 0
 check_refused "prefill with an empty config path" "an empty path" prefill --config ""
 check_refused "decode with an empty config path" "an empty path" decode --config ""
