@@ -1,6 +1,7 @@
 // notifier: what the forward thread calls after each layer's KV write.
 //
-// It records ONE event on the compute stream and hands ONE
+// It records ONE event on its stream (the compute stream, or the export's
+// copy stream when the KV is staged to host memory) and hands ONE
 // layer_end{layer, event} to the manager. It never blocks, never waits for
 // the device, allocates nothing per active request, and touches no actor
 // state (the fan-out to contexts happens in the manager).
@@ -92,7 +93,8 @@ class layer_notifier {
   layer_notifier(manager_actor manager, event_source& events, notifier_options opts = {},
                  stream_handle stream = 0);
 
-  /// Layer `layer`'s KV write has been enqueued on the compute stream.
+  /// Layer `layer`'s KV write (and its staging copy, if any) has been
+  /// enqueued on the stream this notifier records on.
   void operator()(uint32_t layer);
 
   /// Runs `fn` once every layer_end notified so far has been sent (on the

@@ -1,14 +1,16 @@
 // The device-event interface: how the forward thread tells the transfer side
 // that one layer's KV write has finished on the device.
 //
-// The notifier records ONE event per layer on the compute stream
-// (event_source::record) and hands it to the manager; each context then asks
+// The notifier records ONE event per layer on the stream after which the
+// layer's bytes are readable by the fabric (event_source::record): the
+// compute stream, or the export's copy stream when it stages to a host
+// mirror (device/kv_export.hpp); it hands the event to the manager; each context then asks
 // the event for a completion callback (device_event::on_complete), which
 // sends it `event_ready` from whatever thread sees the completion. Nothing
 // ever waits on the forward thread or the compute stream.
 //
 // Implementations: host_event (CPU runs: complete once the simulated write is
-// done, or signalled by hand in tests), CUDA (issue: device layer).
+// done, or signalled by hand in tests), cuda_event (device/cuda_event.hpp).
 #pragma once
 
 #include <cstdint>
