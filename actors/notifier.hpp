@@ -94,7 +94,8 @@ class layer_notifier {
                  stream_handle stream = 0);
 
   /// Layer `layer`'s KV write (and its staging copy, if any) has been
-  /// enqueued on the stream this notifier records on.
+  /// enqueued, so that the stream this notifier records on is ordered
+  /// after it.
   void operator()(uint32_t layer);
 
   /// Runs `fn` once every layer_end notified so far has been sent (on the

@@ -13,8 +13,10 @@ namespace layerstream {
 
 namespace {
 
-/// The GPU forward thread: enqueues each layer's compute, KV write and
-/// staging on the compute stream, then notifies; synchronizes once per batch.
+/// The GPU forward thread: enqueues each layer's compute and KV write on the
+/// compute stream and the export's stage (its copy stream, when staging),
+/// then notifies; synchronizes the compute and the notify stream once per
+/// batch.
 class gpu_forward final : public forward_thread {
  public:
   gpu_forward(gpu_kv_pool& pool, kv_export& exp, stream_handle compute,
