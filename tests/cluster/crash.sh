@@ -61,7 +61,7 @@ if [ "$EXIT_CODE" -eq 124 ]; then
   fail "decode1 did not exit within room_ms + $MARGIN_S s after rank 1 was killed"
 else
   log "decode1 exit $EXIT_CODE $(since "$t_kill") s after the kill (room_ms $ROOM_MS, connection_ms $CONNECTION_MS)"
-  [ "$EXIT_CODE" -ne 0 ] || fail "decode1 exited 0 although prefill rank 1 was killed mid-room"
+  [ "$EXIT_CODE" -eq 1 ] || fail "decode1 exited $EXIT_CODE, expected 1: prefill rank 1 was killed mid-room"
 fi
 json_check "$TMP/decode1.json" \
   'r["failed"] >= 1 and r["complete"] + r["failed"] == r["rooms"] and (r["complete"] == 0 or r["bit_exact"]) and r["failures"] and all("prefill rank 1" in f and "no answer" not in f for f in r["failures"])' ||

@@ -99,7 +99,7 @@ if [ "$EXIT_CODE" -eq 124 ]; then
   fail "decode B did not exit within room_ms + $MARGIN_S s of the partition"
 else
   log "decode B exit $EXIT_CODE $took_b s after the link went down (room_ms $ROOM_MS, connection_ms $CONNECTION_MS)"
-  [ "$EXIT_CODE" -ne 0 ] || fail "decode B exited 0 although its prefill host was cut off mid-room"
+  [ "$EXIT_CODE" -eq 1 ] || fail "decode B exited $EXIT_CODE, expected 1: its prefill host was cut off mid-room"
 fi
 json_check "$TMP/decode-B.json" \
   'r["failed"] >= 1 and r["complete"] + r["failed"] == r["rooms"] and (r["complete"] == 0 or r["bit_exact"]) and r["failures"] and all("prefill rank 0" in f and "no answer" not in f for f in r["failures"])' ||

@@ -19,6 +19,9 @@ timeout 120 "$BIN" demo --rooms 8 --layers 4 --fault-rate 0.005 --provider "$PRO
 rc=$?
 cat "$TMP/out.log" | grep -v "^\[" | head -n 12
 [ $rc -ne 124 ] || { echo "FAIL: the demo did not finish within 120 s"; exit 1; }
+# 1: some rooms failed, as injected. Anything else (0, a signal, a
+# sanitizer's 66/86) fails the test even if the report reads well.
+[ $rc -eq 1 ] || { echo "FAIL: the demo exited $rc, expected 1 (rooms failed by injection)"; exit 1; }
 "$PY" - "$TMP/r.json" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

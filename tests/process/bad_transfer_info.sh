@@ -20,6 +20,7 @@ start_decode decode "$PF_PORT"
 wait_exit "$DECODE_PID" 40
 log "decode exit $EXIT_CODE after $(since "$t") s (1 expected: one room fails by design)"
 [ "$EXIT_CODE" -ne 124 ] || fail "decode did not exit within 40 s"
+[ "$EXIT_CODE" -eq 1 ] || fail "decode exited $EXIT_CODE, expected 1 (one room failed)"
 json_check "$TMP/decode.json" \
   "r['rooms'] == $ROOMS and r['complete'] == $ROOMS - 1 and r['failed'] == 1 and r['bit_exact'] and len(r['failures']) == 1 and r['failures'][0].startswith('room $BAD_ROOM:')" ||
   fail "expected exactly room $BAD_ROOM failed and every other room bit-exact"

@@ -32,7 +32,7 @@ if [ "$EXIT_CODE" -eq 124 ]; then
   fail "decode did not exit within room_ms + ${MARGIN_S} s after the kill"
 else
   log "decode exit $EXIT_CODE $took s after the kill (room_ms $ROOM_MS)"
-  [ "$EXIT_CODE" -ne 0 ] || fail "decode exited 0 although prefill rank 1 was killed mid-room"
+  [ "$EXIT_CODE" -eq 1 ] || fail "decode exited $EXIT_CODE, expected 1: prefill rank 1 was killed mid-room"
 fi
 json_check "$TMP/decode.json" \
   'r["failed"] >= 1 and r["complete"] + r["failed"] == r["rooms"] and (r["complete"] == 0 or r["bit_exact"]) and any("prefill rank 1" in f for f in r["failures"])' ||
