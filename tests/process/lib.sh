@@ -81,6 +81,10 @@ TEST_BUDGET_S=${TEST_BUDGET_S:-80}
   sleep "$TEST_BUDGET_S" </dev/null >/dev/null 2>&1 &
   sleeper=$!
   wait "$sleeper" || exit 0
+  # The script was killed without its clean-up (SIGKILL): $$ may be another
+  # process's by now. Only a watchdog whose parent is still the script acts.
+  read -r _ _ _ parent _ <"/proc/$BASHPID/stat" 2>/dev/null || exit 0
+  [ "$parent" = "$$" ] || exit 0
   echo "[watchdog] $TEST_NAME: over its ${TEST_BUDGET_S} s budget, stopping it" >&2
   kill -TERM $$ 2>/dev/null
   pkill -TERM -P $$ 2>/dev/null
