@@ -94,7 +94,8 @@ int run(int argc, char** argv) {
                "chunked prefill: tokens per chunk (a multiple of the page size)");
   demo->add_flag("--bulk", demo_opts.bulk, "per-layer off: classic transfer after the forward");
   add_optional(demo, "--provider", demo_opts.provider,
-               "libfabric provider: tcp;ofi_rxm, net, shm, sockets");
+               "libfabric provider (fabric.provider): tcp;ofi_rxm, net, shm, sockets, "
+               "verbs;ofi_rxm, efa, udp;ofi_rxd");
   add_optional(demo, "--device", demo_opts.device,
                "where the forward runs: cpu, or gpu (a CUDA build and a visible device)");
   add_optional(demo, "--fault-rate", demo_opts.fault_rate,
@@ -197,7 +198,8 @@ int run(int argc, char** argv) {
   add_optional(bench_soak, "--log-level", soak_opts.log_level,
                "trace, debug, info, warn, error, off");
   bench_soak->add_option("--max-rss-growth-mb", soak_opts.max_rss_growth_mb,
-                         "fail when resident memory grows more than this after the warm-up");
+                         "fail when resident memory grows more than this after the warm-up "
+                         "(below 0, the default: report only)");
 
   try {
     app.parse(argc, argv);
