@@ -18,7 +18,8 @@
 //
 // Forward-thread use, per layer: launch the layer's kernels on the compute
 // stream, stage(layer, pages), notify(layer) with the notifier built on
-// notify_stream(). Nothing waits for the device.
+// notify_stream(). Nothing waits for the device inside a batch (the
+// forward synchronizes the compute and the notify stream once at its end).
 //
 // Lifecycle: created for one gpu_kv_pool and one compute stream, which must
 // outlive it; the destructor synchronizes its copy stream before freeing the

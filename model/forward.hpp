@@ -8,8 +8,9 @@
 //
 // Thread contract: run() may be called from any thread (the scheduler
 // actor); batches run one after the other on the forward thread; stop()
-// (and the destructor) finishes the running batch, drops queued ones and
-// joins. set_trace / set_skip_notify are called before the first run().
+// (and the destructor) ends the running batch (the cpu forward cuts it
+// short inside a layer's compute and answers it `cancelled`; the GPU
+// forward, which only enqueues, finishes it), drops queued ones and joins. set_trace / set_skip_notify are called before the first run().
 #pragma once
 
 #include <chrono>
@@ -63,7 +64,8 @@ class forward_runner {
   /// Queues a batch; it runs after the ones queued before it.
   virtual void run(forward_batch batch) = 0;
 
-  /// Finishes the running batch, drops queued ones, joins the thread.
+  /// Ends the running batch (see the thread contract above), drops queued
+  /// ones, joins the thread.
   virtual void stop() = 0;
 
   /// Records compute spans into `trace` as process `pid`.

@@ -53,8 +53,8 @@ class forward_thread : public forward_runner {
   /// Reports the batch as done.
   void finish(uint64_t batch_id, forward_timing timing);
 
-  /// stop() was called: a long batch ends early (checked between layers
-  /// and during a cpu layer's compute), so stop() does not wait it out.
+  /// stop() was called: the cpu forward checks it during each layer's
+  /// compute and ends its batch there, so stop() does not wait it out.
   bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
 
  private:

@@ -60,7 +60,7 @@ forward_run run_one(const std::string& wait, std::chrono::microseconds compute) 
   auto got = done.get_future();
   if (got.wait_for(30s) != std::future_status::ready) {
     ADD_FAILURE() << "the forward did not end in 30 s";
-    return out; // stop() in the forward's destructor waits for the batch
+    return out; // stop() in the forward's destructor cuts the batch short
   }
   out.timing = got.get();
   out.cpu = process_cpu() - cpu0;
