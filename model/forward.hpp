@@ -10,7 +10,8 @@
 // actor); batches run one after the other on the forward thread; stop()
 // (and the destructor) ends the running batch (the cpu forward cuts it
 // short inside a layer's compute and answers it `cancelled`; the GPU
-// forward, which only enqueues, finishes it), drops queued ones and joins. set_trace / set_skip_notify are called before the first run().
+// forward, which only enqueues, finishes it), drops queued ones and joins. set_trace /
+// set_skip_notify are called before the first run().
 #pragma once
 
 #include <chrono>
