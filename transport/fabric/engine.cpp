@@ -147,7 +147,6 @@ caf::expected<std::unique_ptr<engine>> engine::start(std::unique_ptr<endpoint> e
     return make_error(lserr::bad_input, "engine::start: no endpoint");
   std::unique_ptr<engine> self{new engine};
   self->provider_ = ep->provider();
-  self->context_less_errors_are_writes_ = is_shm(self->provider_);
   self->name_ = ep->name();
   self->max_msg_size_ = ep->max_msg_size();
   self->tx_depth_ = ep->tx_depth();
@@ -482,7 +481,7 @@ int engine::read_cq() {
 // (any of its writes may be lost), and the slots stay with those writes
 // until their own completions come.
 void engine::error_without_context(const std::string& text) {
-  if (!context_less_errors_are_writes_) {
+  if (!is_shm(provider_)) {
     LS_ERROR("fabric: {} reported an error without context: {}; on this provider it is no "
              "write's completion, so any of the {} writes in flight may be lost",
              provider_, text, in_flight_);

@@ -173,9 +173,6 @@ class engine {
   uint64_t tx_depth_ = 0;
   uint64_t write_iov_limit_ = 1;
   bool virt_addr_ = false;
-  // An error without op_context is the completion of one failed write (shm
-  // only; see error_without_context).
-  bool context_less_errors_are_writes_ = false;
   role role_ = role::initiator;
   completion_fn on_done_;
   std::shared_ptr<fault_injector> faults_;
