@@ -33,15 +33,22 @@ struct forward_run {
   uint64_t bad_rows = 0;
 };
 
-/// One batch (room 9, 10 tokens on pages 3, 0, 5) of 6 layers of `compute`
-/// each, passed by `wait`.
-forward_run run_one(const std::string& wait, std::chrono::microseconds compute) {
+/// The tests' model: 6 layers, 2 heads of 4 elements, 4-token pages,
+/// compute passed by `wait`.
+model_config six_layer_model(const std::string& wait) {
   model_config model;
   model.layers = 6;
   model.kv_heads = 2;
   model.head_dim = 4;
   model.page_size = 4;
   model.compute_wait = wait;
+  return model;
+}
+
+/// One batch (room 9, 10 tokens on pages 3, 0, 5) of 6 layers of `compute`
+/// each, passed by `wait`.
+forward_run run_one(const std::string& wait, std::chrono::microseconds compute) {
+  const model_config model = six_layer_model(wait);
   forward_run out;
   auto dev = cpu_device::create(model, 8);
   EXPECT_TRUE(dev) << describe(dev.error());
@@ -112,12 +119,7 @@ struct stopped_run {
 };
 
 stopped_run stop_long_forward(const std::string& wait, std::chrono::milliseconds after) {
-  model_config model;
-  model.layers = 6;
-  model.kv_heads = 2;
-  model.head_dim = 4;
-  model.page_size = 4;
-  model.compute_wait = wait;
+  const model_config model = six_layer_model(wait);
   stopped_run out;
   auto dev = cpu_device::create(model, 8);
   EXPECT_TRUE(dev) << describe(dev.error());
