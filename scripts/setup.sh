@@ -60,7 +60,8 @@ build() { # plain | asan | tsan
 
 # A run with no tests is a failure (a broken configure); ctest lists the
 # skipped ones at the end ("(Skipped)"), each test saying why in its own
-# output (build/Testing/Temporary/LastTest.log). Their count goes to the
+# output (build/Testing/Temporary/LastTest.log). Each run's skipped tests are
+# listed with their reasons (scripts/skipped_tests.py) and counted in the
 # summary, so that a skip is never read as a pass.
 skips=""
 run_ctest() { # dir label
@@ -71,6 +72,10 @@ run_ctest() { # dir label
   local rc=${PIPESTATUS[0]} skipped
   skipped=$(grep -cE '\(Skipped\)$' "$1/Testing/ctest-output.txt" || true)
   skips="$skips $2: $skipped skipped;"
+  if [ "$skipped" -gt 0 ]; then
+    log "$2: $skipped tests skipped, each with its reason:"
+    python3 "$root/scripts/skipped_tests.py" "$1" | sed 's/^/  /' >&2 || true
+  fi
   return "$rc"
 }
 
