@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -46,9 +47,29 @@ rank_facts rank_facts_of(const deployment_config& cfg, uint32_t cp_rank) {
                     static_cast<uint64_t>(cfg.timeouts.submit.count())};
 }
 
+/// The config keys the command line set, each with the flag that set it: a
+/// value a flag gave is blamed on the flag, not on the file.
+using flag_keys = std::map<std::string, std::string>;
+using config_tweak = std::function<void(deployment_config&, flag_keys&)>;
+
+/// Why validate_for() refused `err`: on the flag where a flag set the key;
+/// otherwise on the file, naming the flags that were in play.
+std::string refusal_text(const config_error& err, const flag_keys& flags) {
+  if (auto f = flags.find(err.key); f != flags.end())
+    return f->second + ": " + err.key + ": " + err.reason + " (set by the flag, over " + err.file +
+           ")";
+  std::string text = err.to_string();
+  if (flags.empty())
+    return text;
+  text += " (with the flags";
+  for (const auto& [key, flag] : flags)
+    text += " " + flag + " (" + key + ")";
+  return text + ")";
+}
+
 /// The config for `role`: loaded and validated, or printed and nullopt.
 std::optional<deployment_config> load(const std::string& path, config_role role,
-                                      const std::function<void(deployment_config&)>& tweak = {}) {
+                                      const config_tweak& tweak = {}) {
   // A node of a cluster runs from its own file; only the demo and the
   // benches fall back to the embedded one.
   if (path.empty() && (role == config_role::prefill || role == config_role::decode)) {
@@ -63,10 +84,11 @@ std::optional<deployment_config> load(const std::string& path, config_role role,
     return std::nullopt;
   }
   auto cfg = std::get<deployment_config>(std::move(res));
+  flag_keys flags;
   if (tweak)
-    tweak(cfg);
+    tweak(cfg, flags);
   if (auto err = validate_for(cfg, role, path.empty() ? "<embedded demo config>" : path)) {
-    std::cerr << "layerstream: " << err->to_string() << "\n";
+    std::cerr << "layerstream: " << refusal_text(*err, flags) << "\n";
     return std::nullopt;
   }
   return cfg;
@@ -310,39 +332,48 @@ void start_log(const deployment_config& cfg) {
 }
 
 /// The load() override of `--log-level`, for the commands with no other flags.
-std::function<void(deployment_config&)> log_level_flag(const std::optional<std::string>& flag) {
-  return [flag](deployment_config& c) {
-    if (flag)
+config_tweak log_level_flag(const std::optional<std::string>& flag) {
+  return [flag](deployment_config& c, flag_keys& flags) {
+    if (flag) {
       c.log.level = *flag;
+      flags.emplace("log.level", "--log-level");
+    }
   };
+}
+
+/// `field = *value` when the flag was given, noting which key it set.
+template <class Field, class Value>
+void set_by_flag(Field& field, const std::optional<Value>& value, flag_keys& flags, const char* key,
+                 const char* flag) {
+  if (!value)
+    return;
+  field = *value;
+  flags.emplace(key, flag);
 }
 
 } // namespace
 
 int run_demo(const demo_options& opts) {
-  auto cfg = load(opts.config_path, config_role::demo, [&](deployment_config& c) {
-    if (opts.layers)
-      c.model.layers = *opts.layers;
-    if (opts.cp)
-      c.cluster.cp_size = *opts.cp;
-    if (opts.rooms)
-      c.workload.rooms = *opts.rooms;
+  auto cfg = load(opts.config_path, config_role::demo, [&](deployment_config& c, flag_keys& f) {
+    set_by_flag(c.model.layers, opts.layers, f, "model.layers", "--layers");
+    set_by_flag(c.cluster.cp_size, opts.cp, f, "cluster.cp_size", "--cp");
+    set_by_flag(c.workload.rooms, opts.rooms, f, "workload.rooms", "--rooms");
     if (opts.mla) {
       c.model.mla = true;
       c.model.kv_heads = 1;
+      f.emplace("model.mla", "--mla");
+      f.emplace("model.kv_heads", "--mla");
     }
-    if (opts.chunk_tokens)
-      c.transfer.chunk_tokens = *opts.chunk_tokens;
-    if (opts.bulk)
+    set_by_flag(c.transfer.chunk_tokens, opts.chunk_tokens, f, "transfer.chunk_tokens",
+                "--chunk-tokens");
+    if (opts.bulk) {
       c.transfer.per_layer = false;
-    if (opts.provider)
-      c.fabric.provider = *opts.provider;
-    if (opts.device)
-      c.prefill.device = *opts.device;
-    if (opts.fault_rate)
-      c.workload.fault_rate = *opts.fault_rate;
-    if (opts.log_level)
-      c.log.level = *opts.log_level;
+      f.emplace("transfer.per_layer", "--bulk");
+    }
+    set_by_flag(c.fabric.provider, opts.provider, f, "fabric.provider", "--provider");
+    set_by_flag(c.prefill.device, opts.device, f, "prefill.device", "--device");
+    set_by_flag(c.workload.fault_rate, opts.fault_rate, f, "workload.fault_rate", "--fault-rate");
+    set_by_flag(c.log.level, opts.log_level, f, "log.level", "--log-level");
   });
   if (!cfg)
     return 2;
@@ -400,12 +431,11 @@ uint64_t rss_bytes() {
 } // namespace
 
 int run_soak(const soak_options& opts) {
-  auto cfg = load(opts.config_path, config_role::demo, [&](deployment_config& c) {
-    c.workload.fault_rate = opts.fault_rate;
-    if (opts.provider)
-      c.fabric.provider = *opts.provider;
-    if (opts.log_level)
-      c.log.level = *opts.log_level;
+  auto cfg = load(opts.config_path, config_role::demo, [&](deployment_config& c, flag_keys& f) {
+    c.workload.fault_rate = opts.fault_rate; // the flag's default is soak's, not the file's
+    f.emplace("workload.fault_rate", "--fault-rate");
+    set_by_flag(c.fabric.provider, opts.provider, f, "fabric.provider", "--provider");
+    set_by_flag(c.log.level, opts.log_level, f, "log.level", "--log-level");
   });
   if (!cfg)
     return 2;

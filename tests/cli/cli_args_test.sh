@@ -31,6 +31,16 @@ check_refused "negative notify spin" "expected an unsigned integer below 2^64" \
   bench tail --notify-spin-us -5
 check_refused "negative write iov" "expected an unsigned integer below 2^64" \
   bench tail --write-iov -1
+# A value a flag set is blamed on the flag, not on the config file; an error
+# on a key no flag set names the flags that were in play.
+check_refused "unknown provider by flag" \
+  "^layerstream: --provider: fabric.provider: unknown provider \"verbs\"" demo --provider verbs
+check_refused "bad level by soak flag" "^layerstream: --log-level: log.level: unknown level" \
+  bench soak --rooms 1 --log-level loud
+printf '[model]\nlayer_compute_us = 30000\n' >"$tmp/long_layers.toml"
+check_refused "forward too long with a flag" \
+  "long_layers.toml: model.layer_compute_us: .*(with the flags --layers (model.layers))" \
+  demo --config "$tmp/long_layers.toml" --layers 4000
 # A report path is checked before the run, not after it.
 check_refused "report in a missing directory" "does not exist" \
   demo --rooms 1 --json "$tmp/no/such/dir/report.json"
