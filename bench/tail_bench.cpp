@@ -609,8 +609,8 @@ std::vector<bench_shape> shapes_of(const tail_bench_options& o) {
 
 int run_tail_bench(const tail_bench_options& opts_in) {
   auto o = opts_in;
-  if (o.quick)
-    o.repetitions = std::min<uint32_t>(o.repetitions, 3);
+  if (o.quick) // the command line refuses --quick with --repetitions
+    o.repetitions = 3;
   if (o.repetitions == 0 || o.layer_compute_us == 0) {
     std::cerr << "layerstream bench tail: --repetitions and --layer-compute-us must be > 0\n";
     return 2;

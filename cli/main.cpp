@@ -135,8 +135,11 @@ int run(int argc, char** argv) {
       "transport", "Transport actor path against a plain libfabric write loop (same provider, "
                    "size, window, FI_DELIVERY_COMPLETE), interleaved, medians");
   bench_transport->add_option("--provider", tb.providers, "providers (default: shm tcp;ofi_rxm)");
-  bench_transport->add_option("--repetitions", tb.repetitions, "interleaved repetitions");
-  bench_transport->add_flag("--quick", tb_quick, "a short smoke run");
+  auto* tb_repetitions =
+      bench_transport->add_option("--repetitions", tb.repetitions, "interleaved repetitions");
+  // --quick sets the repetitions itself: both given would drop one silently.
+  bench_transport->add_flag("--quick", tb_quick, "a short smoke run: 8 MiB, 3 repetitions")
+      ->excludes(tb_repetitions);
   bench_transport->add_option("--json", tb.json_path, "write the results as JSON to this file")
       ->check(output_path);
 
@@ -156,8 +159,9 @@ int run(int argc, char** argv) {
                    "prompt tokens per room, which set the KV bytes per layer; each value "
                    "runs every config (default: 256 for one room, 16 for many)")
       ->transform(unsigned_value);
-  bench_tail->add_option("--repetitions", tail_opts.repetitions, "interleaved repetitions")
-      ->transform(unsigned_value);
+  auto* tail_repetitions =
+      bench_tail->add_option("--repetitions", tail_opts.repetitions, "interleaved repetitions")
+          ->transform(unsigned_value);
   bench_tail
       ->add_option("--layer-compute-us", tail_opts.layer_compute_us,
                    "simulated compute per layer, us")
@@ -178,8 +182,10 @@ int run(int argc, char** argv) {
                          "device cpu: how a forward thread passes a layer's compute: spin (busy, "
                          "the default) or sleep (asleep to just before the layer's end, as a host "
                          "waiting for a GPU)");
-  bench_tail->add_flag("--quick", tail_opts.quick,
-                       "L = 32 with 1 and 16 rooms, 3 repetitions (under a minute)");
+  bench_tail
+      ->add_flag("--quick", tail_opts.quick,
+                 "L = 32 with 1 and 16 rooms, 3 repetitions (under a minute)")
+      ->excludes(tail_repetitions);
   bench_tail->add_option("--json", tail_opts.json_path, "write the results as JSON to this file")
       ->check(output_path);
 

@@ -41,6 +41,10 @@ printf '[model]\nlayer_compute_us = 30000\n' >"$tmp/long_layers.toml"
 check_refused "forward too long with a flag" \
   "long_layers.toml: model.layer_compute_us: .*(with the flags --layers (model.layers))" \
   demo --config "$tmp/long_layers.toml" --layers 4000
+# --quick sets the repetitions: both given would drop one silently.
+check_refused "bench tail quick with repetitions" "excludes" bench tail --quick --repetitions 9
+check_refused "bench transport quick with repetitions" "excludes" \
+  bench transport --quick --repetitions 9
 # A report path is checked before the run, not after it.
 check_refused "report in a missing directory" "does not exist" \
   demo --rooms 1 --json "$tmp/no/such/dir/report.json"
