@@ -278,6 +278,11 @@ TEST(TransferPlan, BadInputIsAClearErrorNeverABlock) {
   q.item_lens[3] = 0;
   EXPECT_TRUE(is(build_layer_blocks(plan, q, 0).error(), lserr::bad_input));
   EXPECT_TRUE(is(build_layer_blocks(plan, kv_pointers{}, 0).error(), lserr::bad_input));
+  // MLA: one item length per layer, not a K and a V half.
+  auto m = mla(2, 576);
+  ASSERT_TRUE(build_layer_blocks(plan, m, 1));
+  m.item_lens.resize(4, 999);
+  EXPECT_TRUE(is(build_layer_blocks(plan, m, 1).error(), lserr::bad_input));
   EXPECT_TRUE(is(make_transfer_plan({1}, {2}, {2, 2, 0, 0}).error(), lserr::bad_input));
   EXPECT_TRUE(is(make_transfer_plan({1}, {2}, {0, 0, 0, 0}).error(), lserr::bad_input));
   // A chunk that does not fit in the request.

@@ -114,6 +114,12 @@ caf::error validate(const kv_pointers& ptrs) {
     return make_error(lserr::bad_input, "src_v_ptrs: " + std::to_string(ptrs.src_v.size()) +
                                             " entries, expected " + std::to_string(n) +
                                             " (K/V) or 0 (MLA)");
+  // MLA has one buffer per layer (SGLang's MLA pool registers N item
+  // lengths): a second half would be ignored, not checked.
+  if (ptrs.mla() && ptrs.item_lens.size() != n)
+    return make_error(lserr::bad_input, "item_lens: " + std::to_string(ptrs.item_lens.size()) +
+                                            " entries, expected " + std::to_string(n) +
+                                            " (MLA: one buffer per layer)");
   if (ptrs.item_lens.size() != n && ptrs.item_lens.size() != 2 * n)
     return make_error(lserr::bad_input, "item_lens: " + std::to_string(ptrs.item_lens.size()) +
                                             " entries, expected " + std::to_string(n) + " or " +
