@@ -162,7 +162,8 @@ typename Inspector::result_type inspect(Inspector& f, kv_pointers& x) {
 }
 
 /// Checks list lengths and item_lens (no layers, mismatched pointer lists,
-/// item_lens of a length other than N or 2N, an item_len of 0).
+/// item_lens of a length other than N or 2N, or other than N for MLA, an
+/// item_len of 0).
 caf::error validate(const kv_pointers& ptrs);
 
 /// Appends layer `layer`'s blocks: all K runs in page order, then all V runs
