@@ -101,7 +101,18 @@ json blocks_of(const json& in) {
   slice.cp_size = get_u64(in, "cp_size");
   slice.cp_rank = get_u64(in, "cp_rank");
   slice.chunk_start = get_u64(in, "chunk_start", 0);
-  slice.total_pages = get_u64(in, "total_pages", src_pages.size());
+  // Without total_pages the request ends with this chunk. With more than one
+  // CP rank the split depends on the whole request, so a later chunk needs it.
+  if (!in.contains("total_pages") && slice.chunk_start > 0 && slice.cp_size > 1)
+    throw input_error{"total_pages: missing; with chunk_start " +
+                      std::to_string(slice.chunk_start) + " and cp_size " +
+                      std::to_string(slice.cp_size) +
+                      " the CP split needs the request's page count"};
+  uint64_t until_chunk_end = 0;
+  if (__builtin_add_overflow(slice.chunk_start, src_pages.size(), &until_chunk_end))
+    throw input_error{"chunk_start: " + std::to_string(slice.chunk_start) + " plus " +
+                      std::to_string(src_pages.size()) + " pages passes 2^64"};
+  slice.total_pages = get_u64(in, "total_pages", until_chunk_end);
   if (slice.total_pages == 0 && !src_pages.empty())
     throw input_error{"total_pages: 0, but the page lists hold " +
                       std::to_string(src_pages.size()) + " pages"};

@@ -3,7 +3,9 @@
 // Input: one object (or an array of objects) with src_pages, dst_pages,
 // src_k_ptrs, dst_k_ptrs, src_v_ptrs, dst_v_ptrs, item_lens, layer, cp_size,
 // cp_rank, and optional chunk_start (default 0) and total_pages (default:
-// the list length); every number unsigned 64-bit. Output on stdout:
+// chunk_start + the list length, the request ending with this chunk;
+// required when chunk_start > 0 and cp_size > 1, where the CP split depends
+// on it); every number unsigned 64-bit. Output on stdout:
 // {"blocks": [[src, dst, len], ...]} (an array of those for an array input).
 #pragma once
 

@@ -24,6 +24,14 @@ out=$("$bin" blocks --input "$tmp/in.json")
 want='{"blocks":[[1016,50080,48],[1144,50128,16],[3032,70160,96],[3288,70256,32]]}'
 if [ "$out" != "$want" ]; then echo "FAIL good input: $out"; fails=$((fails + 1)); else echo "ok   good input"; fi
 
+# A later chunk without total_pages: the request ends with it. One rank
+# sends it all; with two the split needs the request's size.
+printf '%s' "${good/\"cp_rank\":0/\"cp_rank\":0,\"chunk_start\":4}" >"$tmp/in.json"
+out=$("$bin" blocks --input "$tmp/in.json")
+if [ "$out" != "$want" ]; then echo "FAIL later chunk, one rank: $out"; fails=$((fails + 1)); else echo "ok   later chunk, one rank"; fi
+check_refused "later chunk of two ranks without total_pages" \
+  "${good/\"cp_size\":1,\"cp_rank\":0/\"cp_size\":2,\"cp_rank\":0,\"chunk_start\":4}" \
+  "total_pages: missing; with chunk_start 4 and cp_size 2"
 check_refused "negative page" "${good/\[1,2,3,9\]/[1,-2,3,9]}" "src_pages\[1\]"
 check_refused "float layer" "${good/\"layer\":0/\"layer\":0.5}" "layer"
 check_refused "page above 2^64" "${good/\[1,2,3,9\]/[1,2,3,18446744073709551616]}" "src_pages\[3\]"
