@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <toml++/toml.h>
 
+#include "common/deadlines.hpp"
 #include "common/error.hpp"
 #include "common/limits.hpp"
 
@@ -674,6 +675,19 @@ void check_general(const deployment_config& c, const std::string& file) {
             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(forward).count()) +
             " ms, longer than timeouts.room_ms (" + std::to_string(c.timeouts.room.count()) +
             "): every room would fail at its deadline");
+  // A room's context gives up on its layers room_ms after its first finish,
+  // and its last layer's submit is answered up to submit_request_wait(submit)
+  // after it was posted (engine deadline plus margin, common/deadlines.hpp).
+  // A room deadline inside that wait fails a write still within its own
+  // deadline as writes_in_flight, and its pages stay held on both sides.
+  const auto submit_wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(submit_request_wait(c.timeouts.submit));
+  if (submit_wait >= c.timeouts.room)
+    refuse(file, "timeouts.submit_ms",
+           std::to_string(c.timeouts.submit.count()) + " ms with its answer's margin is " +
+               std::to_string(submit_wait.count()) + " ms, not shorter than timeouts.room_ms (" +
+               std::to_string(c.timeouts.room.count()) +
+               "): a layer's write still inside its own deadline would fail at the room's");
   // caf-io drops a peer it has not heard from for connection_ms: with fewer
   // than two heartbeats in that window, one late heartbeat drops a live peer.
   if (c.timeouts.heartbeat * 2 > c.timeouts.connection)

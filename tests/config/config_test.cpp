@@ -210,10 +210,10 @@ TEST(ConfigLoader, KeysLeftOutKeepTheirDefaults) {
 
 TEST(ConfigLoader, DurationsAreReadInTheUnitTheKeyNames) {
   auto cfg = parse_ok("[model]\nlayer_compute_us = 250\n[timeouts]\nsubmit_ms = 7\n"
-                      "room_ms = 8\nheartbeat_ms = 9\nconnection_ms = 20\n");
+                      "room_ms = 1008\nheartbeat_ms = 9\nconnection_ms = 20\n");
   EXPECT_EQ(cfg.model.layer_compute, std::chrono::microseconds{250});
   EXPECT_EQ(cfg.timeouts.submit, std::chrono::milliseconds{7});
-  EXPECT_EQ(cfg.timeouts.room, std::chrono::milliseconds{8});
+  EXPECT_EQ(cfg.timeouts.room, std::chrono::milliseconds{1008});
   EXPECT_EQ(cfg.timeouts.heartbeat, std::chrono::milliseconds{9});
   EXPECT_EQ(cfg.timeouts.connection, std::chrono::milliseconds{20});
 }
@@ -648,7 +648,7 @@ TEST(ConfigLoader, ADurationLongerThanADayIsRefused) {
                  "must be at most 86400000000 (1 day)");
   auto cfg =
       parse_ok("[model]\nlayers = 1\nlayer_compute_us = 86400000000\n[timeouts]\nsubmit_ms = "
-               "86400000\n"
+               "60000000\n"
                "room_ms = 86400000\nheartbeat_ms = 43200000\nconnection_ms = 86400000\n");
   // The longest sum a node forms (the gate's session timeout) stays positive in ns.
   auto session = 2 * cfg.timeouts.room + cfg.timeouts.submit;
@@ -661,9 +661,26 @@ TEST(ConfigLoader, AForwardLongerThanTheRoomDeadlineIsRefused) {
                  "model.layer_compute_us",
                  "times model.layers (32) is a forward of 12800 ms, longer than timeouts.room_ms "
                  "(10000): every room would fail at its deadline");
-  auto cfg = parse_ok("[model]\nlayers = 32\nlayer_compute_us = 312500\n[timeouts]\nroom_ms = "
-                      "10000\n");
+  auto cfg = parse_ok(
+      "[model]\nlayers = 32\nlayer_compute_us = 312500\n[timeouts]\nsubmit_ms = 5000\nroom_ms = "
+      "10000\n");
   EXPECT_EQ(cfg.model.layer_compute * cfg.model.layers, std::chrono::milliseconds{10000});
+}
+
+TEST(ConfigLoader, AWriteDeadlineWhoseAnswerOutlastsTheRoomDeadlineIsRefused) {
+  // A submit is answered up to submit_ms plus a quarter (at least 1 s) after
+  // it was posted: 10 s -> 12.5 s, 100 ms -> 1.1 s. The room's deadline must
+  // come later, or a write inside its own deadline fails as writes_in_flight.
+  expect_refused("[timeouts]\nsubmit_ms = 10000\nroom_ms = 12500\n", "timeouts.submit_ms",
+                 "10000 ms with its answer's margin is 12500 ms, not shorter than "
+                 "timeouts.room_ms (12500): a layer's write still inside its own deadline would "
+                 "fail at the room's");
+  expect_refused("[timeouts]\nsubmit_ms = 100\nroom_ms = 1100\n", "timeouts.submit_ms",
+                 "is 1100 ms");
+  EXPECT_EQ(parse_ok("[timeouts]\nsubmit_ms = 10000\nroom_ms = 12501\n").timeouts.room,
+            std::chrono::milliseconds{12501});
+  EXPECT_EQ(parse_ok("[timeouts]\nsubmit_ms = 100\nroom_ms = 1101\n").timeouts.submit,
+            std::chrono::milliseconds{100});
 }
 
 TEST(ConfigLoader, AHeartbeatNotWellBelowTheConnectionTimeoutIsRefused) {
