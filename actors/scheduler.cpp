@@ -582,8 +582,10 @@ void try_start_batch(self_ptr self) {
             auto& s = self->state;
             s.forward_busy = false;
             auto b = s.batches.find(batch_id);
-            if (b == s.batches.end())
+            if (b == s.batches.end()) {
+              try_start_batch(self); // the forward is free: queued rooms go on
               return;
+            }
             auto rooms = b->second.rooms;
             s.batches.erase(b);
             // Unanswered, the manager may have set the per-layer rooms'
