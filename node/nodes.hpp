@@ -94,8 +94,10 @@ struct workload_report {
 };
 
 /// Opens `cfg.workload.rooms` rooms (random prompt lengths from the seed) on
-/// `receiver`, all at once, and waits for every result (bounded by the room
-/// timeout plus a margin). Rooms are closed after their result.
+/// `receiver`, all at once, and waits for every result (all of them within
+/// twice the room timeout, plus a margin, of the opens: a room may wait a room
+/// timeout for pages). Rooms are closed after their result, but a room
+/// refused as a duplicate id (the room that holds the id is not this one's).
 /// Room ids are first_room, first_room + 1, ...
 workload_report run_workload(caf::actor_system& sys, const receiver_actor& receiver,
                              const deployment_config& cfg, room_id first_room = 1);
