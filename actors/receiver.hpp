@@ -119,7 +119,10 @@ struct receiver_config {
   caf::timespan answer_wait = decode_answer_wait(timeouts_config{}.room, timeouts_config{}.submit);
   /// Check a room's bytes against kv_pattern before reporting it complete.
   bool verify = true;
-  /// Optional: gets a copy of every room_result (a room is ready to decode).
+  /// Optional: gets a copy of the room_result of every room that was opened
+  /// (complete: ready to decode, or failed). A room refused before it
+  /// opened (at open_room, in the page wait, or closed while it waited)
+  /// answers its opener only.
   caf::actor subscriber;
   /// TESTING ONLY (workload.corrupt_rooms): rooms whose transfer_info gets a
   /// dst_k_ptrs[0] past the end of the advertised region. Empty normally.
