@@ -671,7 +671,8 @@ typename Inspector::result_type inspect(Inspector& f, room_status_query& x) {
 }
 
 enum class room_state : uint8_t {
-  waiting,      // transfer_info sent, no rank has answered yet
+  waiting,      // for decode pages (the reason says how many), or transfer_info
+                // sent and no rank has answered yet (no reason)
   transferring, // some ranks answered kv_ready{ok}, others not yet
   complete,     // every rank answered ok (and the bytes matched)
   failed,       // see the reason
