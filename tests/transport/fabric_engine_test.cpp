@@ -14,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <rdma/fabric.h>
 
 #include "tests/transport/fabric_test_util.hpp"
@@ -381,6 +383,76 @@ TEST_P(FabricEngine, AClosedTargetFailsTheJobWithinItsDeadlineAndLaterJobsAreRef
       static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
   auto later = initiator_->submit(3, peer_, {{test::addr_of(src), test::addr_of(dst), 16}});
   EXPECT_TRUE(is(later, lserr::peer_lost)) << describe(later);
+}
+
+// The port of an IPv4 endpoint name (FI_SOCKADDR_IN), 0 for anything else.
+uint16_t ipv4_port(const std::vector<uint8_t>& name) {
+  sockaddr_in sin{};
+  if (name.size() != sizeof(sin))
+    return 0;
+  std::memcpy(&sin, name.data(), sizeof(sin));
+  return sin.sin_family == AF_INET ? ntohs(sin.sin_port) : 0;
+}
+
+TEST_P(FabricEngine, ATargetRestartedAtTheAddressOfAFailedOneIsANewHealthyPeer) {
+  // A decode process dies and a new one binds the same address (a fixed
+  // port, or the kernel picks the old one again) with new regions. The
+  // failed peer stays failed; the new regions are a new, healthy peer on the
+  // same AV entry, whose connection the provider opens again (tcp;ofi_rxm
+  // after about 2 s), and its job lands.
+  auto& src = sized(src_, 64 << 10);
+  auto& dst = sized(dst_, 64 << 10);
+  if (GetParam() == "shm")
+    GTEST_SKIP() << "shm: closing a target endpoint inside the same process unmaps the shared "
+                    "region the initiator still writes to (see above)";
+  const auto deadline = 2s;
+  ASSERT_NO_FATAL_FAILURE(open_pair(src, dst, 0, dst.size(), {}, deadline));
+  if (IsSkipped())
+    return;
+  const uint16_t port = ipv4_port(target_name_);
+  if (port == 0)
+    GTEST_SKIP() << GetParam() << ": its endpoint name is not an IPv4 address";
+  ASSERT_FALSE(run_job(1, {{test::addr_of(src), test::addr_of(dst), 4096}}).status);
+  // The target dies; a job to it fails and marks the peer failed.
+  target_.reset();
+  ASSERT_FALSE(initiator_->submit(2, peer_, {{test::addr_of(src), test::addr_of(dst), 4096}}));
+  auto lost = done_.wait(2, deadline + 5s);
+  ASSERT_TRUE(lost.has_value()) << "the job to the closed target never ended";
+  ASSERT_TRUE(lost->status) << "a write to a closed target reported success";
+  ASSERT_NE(initiator_->peer_failure(peer_), "");
+
+  // A new target at the same address, with other memory.
+  dst_b_.assign(64 << 10, 0);
+  fabric::fabric_config again;
+  again.provider = GetParam();
+  again.port = port;
+  auto bep = fabric::endpoint::open(again);
+  ASSERT_TRUE(bep) << "reopening port " << port << ": " << describe(bep.error());
+  ASSERT_EQ((*bep)->name(), target_name_) << "the new target has another address";
+  auto breg = (*bep)->register_memory(dst_b_.data(), dst_b_.size(), FI_REMOTE_WRITE);
+  ASSERT_TRUE(breg) << describe(breg.error());
+  region_b_ = {breg->base, breg->length, breg->key};
+  auto beng = engine::start(std::move(*bep), engine::role::target, nullptr, 0ms);
+  ASSERT_TRUE(beng) << describe(beng.error());
+  target_b_ = std::move(*beng);
+
+  // The old regions still name the failed peer; the new ones a new peer.
+  auto old_again = initiator_->add_peer(target_name_, {region_});
+  ASSERT_TRUE(old_again) << describe(old_again.error());
+  EXPECT_EQ(*old_again, peer_);
+  auto fresh = initiator_->add_peer(target_name_, {region_b_});
+  ASSERT_TRUE(fresh) << describe(fresh.error());
+  EXPECT_NE(*fresh, peer_);
+  EXPECT_EQ(initiator_->peer_failure(*fresh), "");
+  for (size_t i = 0; i < 8192; ++i)
+    src[i] = static_cast<uint8_t>(i * 11 + 3);
+  ASSERT_FALSE(initiator_->submit(3, *fresh, {{test::addr_of(src), region_b_.base + 4096, 8192}}));
+  auto landed = done_.wait(3, deadline + 5s);
+  ASSERT_TRUE(landed.has_value()) << "the job to the restarted target never ended";
+  EXPECT_FALSE(landed->status) << "the restarted target's job failed: " << describe(landed->status);
+  EXPECT_EQ(std::memcmp(dst_b_.data() + 4096, src.data(), 8192), 0);
+  EXPECT_TRUE(is(initiator_->submit(4, peer_, {{test::addr_of(src), test::addr_of(dst), 16}}),
+                 lserr::peer_lost));
 }
 
 TEST_P(FabricEngine, ADeadPeerDoesNotHoldUpAnotherPeersJobs) {

@@ -66,7 +66,7 @@ constexpr uint64_t requested_mr_mode =
 // fi_getinfo for one provider name; FI_MSG is added only if a provider
 // refuses RMA alone. Returns the whole list (the caller picks an entry).
 caf::expected<std::unique_ptr<fi_info, info_deleter>>
-get_info(const std::string& provider, const std::string& bind_address, bool hmem) {
+get_info(const std::string& provider, const std::string& bind_address, uint16_t port, bool hmem) {
   for (uint64_t extra_caps : {uint64_t{0}, uint64_t{FI_MSG}}) {
     std::unique_ptr<fi_info, info_deleter> hints{fi_allocinfo()};
     if (!hints)
@@ -82,12 +82,14 @@ get_info(const std::string& provider, const std::string& bind_address, bool hmem
     const char* node = is_shm(provider) ? nullptr : bind_address.c_str();
     const uint64_t flags = is_shm(provider) ? 0 : FI_SOURCE;
     fi_info* raw = nullptr;
-    const int rc = fi_getinfo(api_version, node, nullptr, flags, hints.get(), &raw);
+    const std::string service = std::to_string(port);
+    const char* service_arg = (is_shm(provider) || port == 0) ? nullptr : service.c_str();
+    const int rc = fi_getinfo(api_version, node, service_arg, flags, hints.get(), &raw);
     if (rc == 0)
       return std::unique_ptr<fi_info, info_deleter>{raw};
     if (rc == -FI_ENODATA && extra_caps != 0 && hmem) {
       // Is FI_HMEM what is missing, or the provider or its address itself?
-      if (auto plain = get_info(provider, bind_address, false); !plain)
+      if (auto plain = get_info(provider, bind_address, port, false); !plain)
         return plain.error();
       return make_error(lserr::fabric_error,
                         "provider \"" + provider +
@@ -139,7 +141,7 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
   if (provider.empty()) {
     std::string tried;
     for (const char* candidate : auto_providers) {
-      list = get_info(candidate, cfg.bind_address, cfg.hmem);
+      list = get_info(candidate, cfg.bind_address, cfg.port, cfg.hmem);
       if (list) {
         provider = candidate;
         LS_INFO("fabric: no provider configured, picked \"{}\" (tried in order: {}{})", provider,
@@ -154,7 +156,7 @@ caf::expected<std::unique_ptr<endpoint>> endpoint::open(const fabric_config& cfg
                         "verbs;ofi_rxm, tcp;ofi_rxm: " +
                             layerstream::describe(list.error()));
   } else {
-    list = get_info(provider, cfg.bind_address, cfg.hmem);
+    list = get_info(provider, cfg.bind_address, cfg.port, cfg.hmem);
     if (!list)
       return std::move(list.error());
   }

@@ -52,6 +52,9 @@ struct fabric_config {
   /// Source address for IP providers (tests: loopback; cluster tests: the
   /// namespace host's address). Ignored by shm, which takes no node.
   std::string bind_address = "127.0.0.1";
+  /// Port for IP providers; 0 = any free one (the kernel's pick). Tests set
+  /// it to reopen an endpoint at the address a closed one had.
+  uint16_t port = 0;
   /// Largest single fi_write posted; 0 = the provider's max_msg_size. Larger
   /// ranges are split (tests set it small to exercise the split).
   uint64_t max_write_size = 0;

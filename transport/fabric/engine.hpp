@@ -125,8 +125,12 @@ class engine {
   caf::expected<local_registration> register_memory(void* ptr, uint64_t len, uint64_t access);
 
   /// Makes a peer reachable. The same address and regions give the same
-  /// index again (a failed peer stays failed: a restarted decode rank
-  /// advertises a new address and new keys, hence gets a new index).
+  /// index again (a failed peer stays failed). Other regions at a known
+  /// address get a new index on the same AV entry: a decode restarted at the
+  /// address of one that failed (a fixed port, or the kernel's pick again)
+  /// advertises new regions, and tcp;ofi_rxm, net and sockets reach it on
+  /// that entry (rxm reconnects after about 2 s): test
+  /// FabricEngine.ATargetRestartedAtTheAddressOfAFailedOneIsANewHealthyPeer
   caf::expected<peer_index> add_peer(const std::vector<uint8_t>& address,
                                      std::vector<remote_range> regions);
 
