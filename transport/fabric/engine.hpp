@@ -129,7 +129,7 @@ class engine {
   /// address get a new index on the same AV entry: a decode restarted at the
   /// address of one that failed (a fixed port, or the kernel's pick again)
   /// advertises new regions, and tcp;ofi_rxm, net and sockets reach it on
-  /// that entry (rxm reconnects after about 2 s): test
+  /// that entry (its first job lands in milliseconds): test
   /// FabricEngine.ATargetRestartedAtTheAddressOfAFailedOneIsANewHealthyPeer
   caf::expected<peer_index> add_peer(const std::vector<uint8_t>& address,
                                      std::vector<remote_range> regions);
