@@ -16,8 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-SKIPPED = re.compile(r"^\s*\d+ - (\S+)(?: .*)? \(Skipped\)$")
-TESTING = re.compile(r"^\d+/\d+ Testing: (\S+)")
+SKIPPED = re.compile(r"^\s*\d+ - (.+) \(Skipped\)$")
+TESTING = re.compile(r"^\d+/\d+ Testing: (.+)$")
 GTEST_SKIP = re.compile(r": Skipped$")
 SCRIPT_SKIP = re.compile(r"\bSKIP: (.*)$")
 BOILERPLATE = re.compile(r"^\[[ =A-Z-]+\]")
@@ -53,15 +53,24 @@ def outputs(last_test_log):
     return result
 
 
+def said(line):
+    return bool(line.strip()) and not BOILERPLATE.match(line)
+
+
 def reason(lines):
     for i, line in enumerate(lines):
-        if GTEST_SKIP.search(line) and i + 1 < len(lines):
-            return lines[i + 1].strip()
-    said = [m.group(1) for m in map(SCRIPT_SKIP.search, lines) if m]
-    if said:
-        return said[-1].strip()
-    printed = [l.strip() for l in lines if l.strip() and not BOILERPLATE.match(l)]
-    return printed[-1] if printed else "(no output)"
+        if GTEST_SKIP.search(line):
+            # GTEST_SKIP() << "why": the message follows the marker; a bare
+            # GTEST_SKIP() has none, and the rules below take over.
+            after = lines[i + 1] if i + 1 < len(lines) else ""
+            if said(after):
+                return after.strip()
+            break
+    script_said = [m.group(1) for m in map(SCRIPT_SKIP.search, lines) if m]
+    if script_said:
+        return script_said[-1].strip()
+    printed = [l.strip() for l in lines if said(l) and not GTEST_SKIP.search(l)]
+    return printed[-1] if printed else "(no reason printed)"
 
 
 def main(argv):
