@@ -191,9 +191,9 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
             [&] { timed_out = true; });
     if (timed_out) {
       rep.failed += w.rooms - i;
-      rep.failures.push_back(std::to_string(w.rooms - i) + " rooms unanswered " +
+      rep.failures.push_back("no answer for " + std::to_string(w.rooms - i) + " rooms within " +
                              std::to_string(bound.count()) +
-                             " ms after they were opened (twice timeouts.room_ms, plus 5 s)");
+                             " ms of the opens (twice timeouts.room_ms, plus 5 s)");
       break;
     }
   }
