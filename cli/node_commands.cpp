@@ -33,6 +33,7 @@
 #include "node/actor_runtime.hpp"
 #include "node/auth.hpp"
 #include "node/nodes.hpp"
+#include "node/stop_signals.hpp"
 #include "node/watch.hpp"
 
 namespace layerstream::cli {
@@ -191,7 +192,10 @@ caf::expected<uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& g
   // listens on is still refused.
   caf::scoped_actor self{sys};
   caf::expected<uint16_t> result{caf::sec::cannot_publish_invalid_actor};
-  self->request(control_plane(sys, cfg), caf::infinite, caf::publish_atom::value, cfg.prefill.port,
+  // A local bind and listen: bounded, so that a stuck middleman cannot hold
+  // the rank before it serves.
+  const auto wait = std::max<caf::timespan>(cfg.timeouts.connection, std::chrono::seconds(10));
+  self->request(control_plane(sys, cfg), wait, caf::publish_atom::value, cfg.prefill.port,
                 caf::actor_cast<caf::strong_actor_ptr>(gate), sys.message_types(gate),
                 cfg.prefill.host, true)
       .receive([&](uint16_t port) { result = port; }, [&](caf::error& err) { result = err; });
@@ -433,7 +437,7 @@ uint64_t rss_bytes() {
 int run_soak(const soak_options& opts) {
   auto cfg = load(opts.config_path, config_role::demo, [&](deployment_config& c, flag_keys& f) {
     c.workload.fault_rate = opts.fault_rate; // the flag's default is soak's, not the file's
-    f.emplace("workload.fault_rate", "--fault-rate");
+    f.emplace("workload.fault_rate", "--fault-rate (0.01 when not given)");
     set_by_flag(c.fabric.provider, opts.provider, f, "fabric.provider", "--provider");
     set_by_flag(c.log.level, opts.log_level, f, "log.level", "--log-level");
   });
@@ -539,13 +543,11 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
       !address_ok(check_bind(cfg->fabric.bind_address, scope_of(*cfg)), "prefill",
                   "fabric.bind_address"))
     return 2;
-  // Block the signals we wait for before any thread starts, so that every
-  // thread inherits the mask and sigwait below sees them.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Before any thread starts, so that every thread inherits its mask. The
+  // first SIGINT/SIGTERM stops the rank cleanly (below); a second, or a stop
+  // that takes longer than a forward may run, ends it at once. Declared
+  // before the actor system: it outlives every actor that may call it.
+  stop_signals signals{"layerstream prefill: rank " + std::to_string(cfg->prefill.cp_rank)};
   system_config scfg{*cfg, true};
   caf::actor_system sys{scfg};
   auto node = prefill_node::start(sys, *cfg, cfg->prefill.cp_rank);
@@ -564,19 +566,19 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   auto gate = sys.spawn(gate_impl, std::move(gcfg));
   // A rank without its scheduler, manager, transport or gate serves no room:
   // the first one down ends the process (exit 1, with the reason) through
-  // the sigwait below, so that a supervisor restarts it.
+  // the stop below, so that a supervisor restarts it.
   auto down = std::make_shared<std::pair<std::mutex, std::string>>();
   auto watcher = watch_critical(sys,
                                 {{"the scheduler", caf::actor_cast<caf::actor>((*node)->scheduler)},
                                  {"the manager", caf::actor_cast<caf::actor>((*node)->manager)},
                                  {"the transport", caf::actor_cast<caf::actor>((*node)->transport)},
                                  {"the gate", caf::actor_cast<caf::actor>(gate)}},
-                                [down](std::string why) {
+                                [down, &signals](std::string why) {
                                   {
                                     std::lock_guard<std::mutex> guard{down->first};
                                     down->second = std::move(why);
                                   }
-                                  ::kill(::getpid(), SIGTERM);
+                                  signals.request_stop();
                                 });
   // The gate takes an exit only from an actor of this process (node/auth.cpp:
   // an anonymous one is what a peer could send), and the node's device
@@ -598,8 +600,11 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   LS_INFO("prefill rank {} serving on {}:{}", cfg->prefill.cp_rank, cfg->prefill.host, *port);
   std::cout << "layerstream prefill: rank " << cfg->prefill.cp_rank << " listening on "
             << cfg->prefill.host << ":" << *port << std::endl;
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  const int sig = signals.wait_first();
+  // The longest a clean stop may take: a GPU forward ends at its deadline
+  // (room_ms) at the latest; the rest is bounded by seconds.
+  signals.arm(std::chrono::duration_cast<std::chrono::milliseconds>(cfg->timeouts.room) +
+              std::chrono::seconds(10));
   std::string died;
   {
     std::lock_guard<std::mutex> guard{down->first};

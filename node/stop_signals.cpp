@@ -1,0 +1,81 @@
+#include "node/stop_signals.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <utility>
+
+#include <pthread.h>
+
+namespace layerstream {
+
+namespace {
+// How often the signal thread looks at the grace deadline and at quit_.
+constexpr long poll_ns = 100'000'000;
+} // namespace
+
+stop_signals::stop_signals(std::string who) : who_{std::move(who)} {
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  thread_ = std::thread{[this] { run(); }};
+}
+
+stop_signals::~stop_signals() {
+  {
+    std::lock_guard<std::mutex> guard{mutex_};
+    quit_ = true;
+  }
+  thread_.join();
+}
+
+int stop_signals::wait_first() {
+  std::unique_lock<std::mutex> lock{mutex_};
+  first_cv_.wait(lock, [this] { return stop_asked_; });
+  return first_signal_;
+}
+
+void stop_signals::request_stop() {
+  std::lock_guard<std::mutex> guard{mutex_};
+  if (stop_asked_)
+    return;
+  stop_asked_ = true;
+  first_cv_.notify_all();
+}
+
+void stop_signals::arm(std::chrono::milliseconds grace) {
+  std::lock_guard<std::mutex> guard{mutex_};
+  armed_ = true;
+  grace_ = grace;
+  deadline_ = std::chrono::steady_clock::now() + grace;
+}
+
+void stop_signals::run() {
+  const timespec poll{0, poll_ns};
+  for (;;) {
+    const int sig = sigtimedwait(&set_, nullptr, &poll);
+    std::unique_lock<std::mutex> lock{mutex_};
+    if (sig > 0 && !stop_asked_) {
+      stop_asked_ = true;
+      first_signal_ = sig;
+      first_cv_.notify_all();
+    } else if (sig > 0) {
+      // _Exit: no destructor may run, one of them may be what hangs.
+      std::cerr << who_ << ": signal " << sig
+                << " while stopping: exiting at once, without a clean shutdown" << std::endl;
+      std::_Exit(1);
+    } else if (armed_ && std::chrono::steady_clock::now() >= deadline_) {
+      std::cerr << who_ << ": still stopping " << grace_.count()
+                << " ms after the stop began (a forward or device call that does not end?): "
+                   "exiting at once, without a clean shutdown"
+                << std::endl;
+      std::_Exit(1);
+    }
+    if (quit_)
+      return;
+  }
+}
+
+} // namespace layerstream
