@@ -161,9 +161,12 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
     self->send(receiver, open_room{first_room + r, n});
   }
   rep.rooms = w.rooms;
+  // A receiver that dies answers no more rooms: say so now, not at the deadline.
+  self->monitor(receiver);
   bool all_exact = true;
   for (uint32_t i = 0; i < w.rooms; ++i) {
     bool timed_out = false;
+    bool receiver_down = false;
     self->receive(
         [&](room_result& res) {
           rep.bytes_written += res.bytes;
@@ -186,9 +189,17 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
           if (rep.failures.size() < 5)
             rep.failures.push_back(describe(err));
         },
+        [&](caf::down_msg& down) {
+          receiver_down = true;
+          rep.failed += w.rooms - i;
+          rep.failures.push_back("no answer for " + std::to_string(w.rooms - i) +
+                                 " rooms: the receiver is down (" + describe(down.reason) + ")");
+        },
         caf::after(std::max<std::chrono::steady_clock::duration>(
             deadline - std::chrono::steady_clock::now(), std::chrono::milliseconds(1))) >>
             [&] { timed_out = true; });
+    if (receiver_down)
+      break;
     if (timed_out) {
       rep.failed += w.rooms - i;
       rep.failures.push_back("no answer for " + std::to_string(w.rooms - i) + " rooms within " +

@@ -1,15 +1,19 @@
 // watch_critical (node/watch.hpp): the first watched actor down reports its
-// name and reason once; a watcher ended first reports nothing.
+// name and reason once; a watcher ended first reports nothing. run_workload
+// (node/nodes.hpp) stops waiting as soon as its receiver is down.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include <caf/all.hpp>
 
+#include "messages/messages.hpp"
+#include "node/nodes.hpp"
 #include "node/watch.hpp"
 
 using namespace layerstream;
@@ -76,4 +80,39 @@ TEST_F(WatchCritical, AWatcherEndedFirstReportsNothing) {
   ASSERT_TRUE(ends(a));
   std::lock_guard<std::mutex> guard{mutex};
   EXPECT_TRUE(reports.empty()) << reports.front();
+}
+
+namespace {
+
+/// Takes `rooms` open_room messages without answering, then dies: a decode
+/// receiver that crashed with rooms open.
+caf::behavior dies_after_opens(caf::event_based_actor* self, uint32_t rooms) {
+  auto seen = std::make_shared<uint32_t>(0);
+  return {[self, rooms, seen](const open_room&) -> caf::result<room_result> {
+    if (++*seen == rooms)
+      self->quit(caf::exit_reason::user_shutdown);
+    return caf::delegated<room_result>{}; // no answer
+  }};
+}
+
+} // namespace
+
+TEST(Workload, AReceiverThatDiesEndsTheWaitAtOnceWithItsReason) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  deployment_config dep;
+  dep.workload.rooms = 3;
+  dep.timeouts.room = 60s; // the wait would otherwise last 2 x 60 s + 5 s
+  auto receiver = caf::actor_cast<receiver_actor>(sys.spawn(dies_after_opens, 3u));
+  const auto start = std::chrono::steady_clock::now();
+  auto rep = run_workload(sys, receiver, dep, 1);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, 30s) << "run_workload waited out its deadline for a dead receiver";
+  EXPECT_EQ(rep.rooms, 3u);
+  EXPECT_EQ(rep.failed, 3u);
+  EXPECT_EQ(rep.complete, 0u);
+  ASSERT_FALSE(rep.failures.empty());
+  EXPECT_NE(rep.failures.back().find("no answer for 3 rooms: the receiver is down"),
+            std::string::npos)
+      << rep.failures.back();
 }
