@@ -638,6 +638,16 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   }
   stop_all();
   sys.await_all_actors_done();
+  // A critical actor that went down as the signal came is still a failure.
+  {
+    std::lock_guard<std::mutex> guard{down->first};
+    died = down->second;
+  }
+  if (!died.empty()) {
+    std::cerr << "layerstream prefill: rank " << cfg->prefill.cp_rank << ": " << died
+              << " (while stopping)\n";
+    return 1;
+  }
   return 0;
 }
 
