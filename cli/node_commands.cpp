@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -719,6 +720,16 @@ int run_decode(const std::string& config_path, const std::optional<std::string>&
       if (std::chrono::steady_clock::now() >= deadline) {
         std::cerr << "layerstream decode: cannot reach prefill rank at " << endpoint << ": "
                   << sys.render(h.error()) << handshake_hint(h.error(), *cfg) << "\n";
+        if (h.error() == caf::sec::request_timeout) {
+          // CAF 0.17's middleman connects in a blocking call and its shutdown
+          // waits for it: to a host that drops packets, the kernel's SYN
+          // retries (134 s measured here, against a 3 s connection_ms). No
+          // room is open yet, so ending now loses nothing; a rank already
+          // authenticated sees this process go, as at any exit.
+          spdlog::default_logger()->flush();
+          std::cout.flush();
+          std::_Exit(1);
+        }
         return 1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
