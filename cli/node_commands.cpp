@@ -551,9 +551,13 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   stop_signals signals{"layerstream prefill: rank " + std::to_string(cfg->prefill.cp_rank)};
   system_config scfg{*cfg, true};
   caf::actor_system sys{scfg};
+  // Past here an early exit still stops the actor system, which may wait on
+  // what failed (a stuck middleman): bounded like any stop.
+  const auto early_exit_grace = std::chrono::seconds(10);
   auto node = prefill_node::start(sys, *cfg, cfg->prefill.cp_rank);
   if (!node) {
     std::cerr << "layerstream prefill: " << describe(node.error()) << "\n";
+    signals.arm(early_exit_grace);
     return 1;
   }
   // Peers reach the scheduler only through the gate's authenticated sessions.
@@ -594,6 +598,7 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   if (!port) {
     std::cerr << "layerstream prefill: cannot publish on " << cfg->prefill.host << ":"
               << cfg->prefill.port << ": " << sys.render(port.error()) << "\n";
+    signals.arm(early_exit_grace);
     stop_all();
     sys.await_all_actors_done();
     return 1;
@@ -602,10 +607,12 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   std::cout << "layerstream prefill: rank " << cfg->prefill.cp_rank << " listening on "
             << cfg->prefill.host << ":" << *port << std::endl;
   const int sig = signals.wait_first();
-  // The longest a clean stop may take: a GPU forward ends at its deadline
-  // (room_ms) at the latest; the rest is bounded by seconds.
+  // The longest a clean stop may take: the stats query (5 s), the forward
+  // thread's join (a GPU batch runs on after its deadline fails its rooms;
+  // batches are bounded by room_ms in all), then closing the fabric, pools
+  // and middleman (seconds).
   signals.arm(std::chrono::duration_cast<std::chrono::milliseconds>(cfg->timeouts.room) +
-              std::chrono::seconds(10));
+              std::chrono::seconds(15));
   std::string died;
   {
     std::lock_guard<std::mutex> guard{down->first};

@@ -3,10 +3,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
-#include <iostream>
+#include <string>
 #include <utility>
 
 #include <pthread.h>
+#include <unistd.h>
 
 namespace layerstream {
 
@@ -56,25 +57,29 @@ void stop_signals::run() {
   const timespec poll{0, poll_ns};
   for (;;) {
     const int sig = sigtimedwait(&set_, nullptr, &poll);
-    std::unique_lock<std::mutex> lock{mutex_};
-    if (sig > 0 && !stop_asked_) {
-      stop_asked_ = true;
-      first_signal_ = sig;
-      first_cv_.notify_all();
-    } else if (sig > 0) {
-      // _Exit: no destructor may run, one of them may be what hangs.
-      std::cerr << who_ << ": signal " << sig
-                << " while stopping: exiting at once, without a clean shutdown" << std::endl;
-      std::_Exit(1);
-    } else if (armed_ && std::chrono::steady_clock::now() >= deadline_) {
-      std::cerr << who_ << ": still stopping " << grace_.count()
-                << " ms after the stop began (a forward or device call that does not end?): "
-                   "exiting at once, without a clean shutdown"
-                << std::endl;
+    std::string why; // set: end the process now
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      if (sig > 0 && !stop_asked_) {
+        stop_asked_ = true;
+        first_signal_ = sig;
+        first_cv_.notify_all();
+      } else if (sig > 0) {
+        why = "signal " + std::to_string(sig) + " while stopping";
+      } else if (armed_ && std::chrono::steady_clock::now() >= deadline_) {
+        why = "still stopping " + std::to_string(grace_.count()) +
+              " ms after the stop began (a forward or device call that does not end?)";
+      } else if (quit_) {
+        return;
+      }
+    }
+    if (!why.empty()) {
+      // Unlocked (a full stderr pipe must not hold request_stop() too), one
+      // write(2), then _Exit: no destructor may run, one may be what hangs.
+      const std::string line = who_ + ": " + why + ": exiting at once, without a clean shutdown\n";
+      [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
       std::_Exit(1);
     }
-    if (quit_)
-      return;
   }
 }
 
