@@ -613,12 +613,12 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   // and middleman (seconds).
   signals.arm(std::chrono::duration_cast<std::chrono::milliseconds>(cfg->timeouts.room) +
               std::chrono::seconds(15));
-  std::string died;
-  {
+  // Why a critical actor went down, empty while none did.
+  auto down_reason = [&down] {
     std::lock_guard<std::mutex> guard{down->first};
-    died = down->second;
-  }
-  if (!died.empty()) {
+    return down->second;
+  };
+  if (auto died = down_reason(); !died.empty()) {
     std::cerr << "layerstream prefill: rank " << cfg->prefill.cp_rank << ": " << died
               << "; exiting\n";
     stop_all();
@@ -647,11 +647,7 @@ int run_prefill(const std::string& config_path, const std::optional<std::string>
   stop_all();
   sys.await_all_actors_done();
   // A critical actor that went down as the signal came is still a failure.
-  {
-    std::lock_guard<std::mutex> guard{down->first};
-    died = down->second;
-  }
-  if (!died.empty()) {
+  if (auto died = down_reason(); !died.empty()) {
     std::cerr << "layerstream prefill: rank " << cfg->prefill.cp_rank << ": " << died
               << " (while stopping)\n";
     return 1;

@@ -208,8 +208,8 @@ workload_report run_workload(caf::actor_system& sys, const receiver_actor& recei
       break;
     }
   }
-  self->demonitor(
-      receiver.address()); // a monitor would outlive this call (soak calls it per round)
+  // A monitor would outlive this call (soak calls it once per round).
+  self->demonitor(receiver.address());
   rep.bit_exact = all_exact && rep.complete > 0;
   rep.wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
